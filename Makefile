@@ -1,0 +1,36 @@
+# Two commands: `make demo` and `make test`. Both bootstrap .venv with the machine's python3.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test bench lint engines clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[test,bench]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/syshax demo
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check syshaxd console tests bench tools
+	$(VENV)/bin/mypy
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check syshaxd console tests bench tools
+	$(VENV)/bin/mypy
+
+engines: $(STAMP)
+	$(PY) tools/build_engines.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -1,0 +1,89 @@
+"""The policy contract: RequestFeatures + Snapshot + Limits -> Decision.
+
+Policies are pure functions of immutable inputs so the live conductor and the
+virtual-time benchmark run exactly the same code.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from syshaxd.config import Decider
+from syshaxd.snapshot import Device, Snapshot
+
+
+class Mode(str, enum.Enum):
+    """How a request runs."""
+
+    WHOLE = "whole"  # prefill and decode on one device
+    PD_SPLIT = "pd_split"  # prefill on the GPU, decode on the CPU
+
+
+@dataclass(frozen=True)
+class RequestFeatures:
+    """What a policy may know about a request before it runs."""
+
+    prompt_tokens: int  # estimate
+    max_tokens: int
+    stream: bool = True
+    forced_mode: Mode | None = None  # /v1/chat/pd_disagg forces PD_SPLIT
+    has_num_decode_tokens: bool = False  # sysHAX: such a request goes to the CPU
+    generated_tokens: int = 0  # > 0 when the policy is asked again mid-request
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The decider's runtime settings, as a policy sees them."""
+
+    max_num_seqs: int = 16
+    gpu_max_batch_size: int | None = None
+    cpu_max_batch_size: int = 20
+    gpu_cache_threshold: float = 90.0  # percent
+    cpu_throughput_threshold: float = 2.0  # tokens/s
+    token_limit_multiplier: float = 10.0
+    token_limit_min: int = 50
+    token_limit_max: int = 1000
+    auto_pd_offload: bool = False
+    ttft_target: float = 5.0  # seconds
+    tpot_target: float = 0.2  # seconds
+
+    @classmethod
+    def from_decider(cls, decider: Decider) -> Limits:
+        """Build limits from the config's ``decider`` section."""
+        return cls(
+            max_num_seqs=decider.max_num_seqs,
+            gpu_max_batch_size=decider.gpu_max_batch_size,
+            cpu_max_batch_size=decider.cpu_max_batch_size,
+            gpu_cache_threshold=decider.gpu_cache_threshold,
+            cpu_throughput_threshold=decider.cpu_throughput_threshold,
+            token_limit_multiplier=decider.token_limit_multiplier,
+            token_limit_min=decider.token_limit_min,
+            token_limit_max=decider.token_limit_max,
+            auto_pd_offload=decider.auto_pd_offload,
+            ttft_target=decider.ttft_target,
+            tpot_target=decider.tpot_target,
+        )
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request runs, and why.
+
+    ``device is None`` means no capacity: the request waits in the admission queue.
+    ``token_limit`` (CPU decisions) is how many tokens the CPU generates before the
+    policy is asked again; None means to the end.
+    """
+
+    device: Device | None
+    mode: Mode
+    token_limit: int | None
+    reason: str
+    engine: str | None = None  # a specific engine of the device; None = least loaded
+    est_ttft: float | None = None  # seconds, when the policy estimated it
+    est_e2e: float | None = None
+
+
+Policy = Callable[[Snapshot, RequestFeatures, Limits], Decision]
