@@ -1,0 +1,148 @@
+"""The control API's wire schema: one set of pydantic models for the daemon's responses
+and the console's parsing.
+
+Imports neither FastAPI nor Textual, so both sides can use it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Wire(BaseModel):
+    # The console must keep working against a newer daemon that adds fields.
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class EngineStateModel(_Wire):
+    """One engine as the console shows it."""
+
+    name: str
+    device: Literal["gpu", "cpu"]
+    url: str
+    dialect: str
+    state: Literal["unknown", "up", "stale", "down"]
+    last_error: str | None = None
+    scraped_at: float | None = None
+    enabled: bool = True
+    draining: bool = False
+    kv_cache_usage: float | None = None  # 0..1
+    cpu_swap_usage: float | None = None
+    running: int | None = None
+    waiting: int | None = None
+    swapped: int | None = None
+    preemptions_total: float | None = None
+    prefill_tps: float | None = None
+    decode_tps: float | None = None
+    batch_limit: int | None = None  # the decider's limit for this engine's device
+    inflight: int = 0  # the conductor's own count
+    scheduled: int = 0
+
+
+class DecisionModel(_Wire):
+    """One routing decision, as recorded for the log and the console."""
+
+    time: float
+    request_id: str
+    device: Literal["gpu", "cpu"] | None
+    mode: Literal["whole", "pd_split"]
+    engine: str | None = None
+    reason: str
+    policy: str
+    token_limit: int | None = None
+    prompt_tokens: int | None = None
+    max_tokens: int | None = None
+    est_ttft: float | None = None
+    est_e2e: float | None = None
+    # Filled in when the request ends (decision events are sent at routing time):
+    outcome: str | None = None
+    ttft: float | None = None
+    e2e: float | None = None
+
+
+class ConductorStatsModel(_Wire):
+    """The conductor's own counters."""
+
+    queue_depth: int = 0
+    queue_limit: int = 0
+    inflight: dict[str, int] = Field(default_factory=dict)  # per engine
+    requests_total: int = 0
+    requests_per_s: float = 0.0
+    ttft_p50: float | None = None  # seconds, over a recent window
+    ttft_p99: float | None = None
+    decisions: dict[str, int] = Field(default_factory=dict)  # "gpu/whole" -> count
+    reasons: dict[str, int] = Field(default_factory=dict)  # short reason -> count
+    outcomes: dict[str, int] = Field(default_factory=dict)  # "ok", "error", "timeout", ...
+    resubmits_total: int = 0
+    decision_accuracy: float | None = None  # share of estimates within tolerance
+    policy: str = ""
+    auto_pd_offload: bool = False
+
+
+class NumaNodeModel(_Wire):
+    """A NUMA node with its CPUs."""
+
+    id: int
+    cpus: list[int]
+    mem_total: int | None = None
+    mem_free: int | None = None
+
+
+class GpuModel(_Wire):
+    """A GPU (NVML)."""
+
+    index: int
+    name: str
+    utilization: float
+    mem_used: int
+    mem_total: int
+
+
+class HostModel(_Wire):
+    """Host utilisation."""
+
+    cpu_percent: list[float] = Field(default_factory=list)
+    numa_nodes: list[NumaNodeModel] = Field(default_factory=list)
+    mem_total: int = 0
+    mem_used: int = 0
+    gpus: list[GpuModel] = Field(default_factory=list)
+    bound_cpus: list[int] = Field(default_factory=list)  # the CPU engine's binding
+
+
+class StateModel(_Wire):
+    """GET /v1/state: everything the console shows."""
+
+    version: str
+    uptime: float
+    time: float
+    engines: list[EngineStateModel] = Field(default_factory=list)
+    conductor: ConductorStatsModel = Field(default_factory=ConductorStatsModel)
+    host: HostModel = Field(default_factory=HostModel)
+    config: dict[str, Any] = Field(default_factory=dict)  # runtime keys -> value
+    config_sources: dict[str, str] = Field(default_factory=dict)  # key -> "default", "file ...", ...
+    recent_decisions: list[DecisionModel] = Field(default_factory=list)
+    events_dropped: int = 0
+
+
+class ConfigChangeModel(_Wire):
+    """A ``config`` event and the answer to PATCH /v1/config and POST /v1/reload."""
+
+    changed: dict[str, Any] = Field(default_factory=dict)  # key -> new value
+    engines: dict[str, dict[str, bool]] = Field(default_factory=dict)  # name -> {enabled, draining}
+    needs_restart: list[str] = Field(default_factory=list)
+    source: str = "patch"  # patch, reload, save
+
+
+#: PATCH /v1/config takes a flat JSON object of dotted keys: runtime config keys
+#: (``"decider.cpu_max_batch_size": 24``) and engine flags
+#: (``"engines.cpu0.draining": true``, ``"engines.gpu0.enabled": false``). All or nothing.
+PatchBody = dict[str, Any]
+
+
+class ErrorModel(_Wire):
+    """An error answer of the control API."""
+
+    error: str
+    key: str | None = None
