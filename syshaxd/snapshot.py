@@ -95,7 +95,9 @@ class EngineView:
     @property
     def usable(self) -> bool:
         """Whether new requests may be routed here."""
-        return self.enabled and not self.draining and self.state in (EngineState.UP, EngineState.STALE)
+        # UNKNOWN (not scraped yet) counts as usable: a failed connection is resubmitted anyway,
+        # and refusing everything until the first scrape would fail requests at startup.
+        return self.enabled and not self.draining and self.state is not EngineState.DOWN
 
     @property
     def running(self) -> int:
