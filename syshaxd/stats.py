@@ -1,0 +1,128 @@
+"""The conductor's own numbers: recent decisions, latency windows, and Prometheus metrics."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
+from prometheus_client import Counter as PromCounter
+
+from syshaxd.schema import DecisionModel
+
+#: Estimates within this factor (or this many seconds) of what happened count as accurate.
+ACCURACY_FACTOR = 0.5
+ACCURACY_SLACK_S = 0.5
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 80, 160, 320, 640)
+
+
+def reason_key(reason: str) -> str:
+    """The category of a policy reason: the text before the first ':' (``"gpu busy: ..."``)."""
+    head = reason.split(":", 1)[0].strip()
+    return head[:60] or "unspecified"
+
+
+@dataclass
+class Stats:
+    """Counters, windows and Prometheus collectors of one conductor."""
+
+    window_s: float = 60.0
+    registry: CollectorRegistry = field(default_factory=CollectorRegistry)
+    decisions: deque[DecisionModel] = field(default_factory=lambda: deque(maxlen=200))
+    ttfts: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))
+    finishes: deque[float] = field(default_factory=lambda: deque(maxlen=8192))
+    by_route: Counter[str] = field(default_factory=Counter)
+    by_reason: Counter[str] = field(default_factory=Counter)
+    by_outcome: Counter[str] = field(default_factory=Counter)
+    requests_total: int = 0
+    resubmits_total: int = 0
+    accurate: int = 0
+    estimated: int = 0
+
+    def __post_init__(self) -> None:
+        r = self.registry
+        self.m_requests = PromCounter(
+            "syshax_requests", "Requests by device, mode and outcome", ["device", "mode", "outcome"], registry=r
+        )
+        self.m_decisions = PromCounter(
+            "syshax_decisions", "Routing decisions by policy, device, mode and reason",
+            ["policy", "device", "mode", "reason"], registry=r,
+        )
+        self.m_resubmits = PromCounter("syshax_resubmits", "Requests resubmitted to the other device", registry=r)
+        self.m_ttft = Histogram(
+            "syshax_time_to_first_token_seconds", "Time to first byte of the answer",
+            ["device", "mode"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.m_e2e = Histogram(
+            "syshax_e2e_request_latency_seconds", "Whole request latency",
+            ["device", "mode"], buckets=LATENCY_BUCKETS, registry=r,
+        )
+        self.m_queue = Gauge("syshax_queue_depth", "Requests waiting for capacity", registry=r)
+        self.m_inflight = Gauge("syshax_inflight", "Requests in flight per engine", ["engine"], registry=r)
+        self.m_engine_state = Gauge(
+            "syshax_engine_state", "1 for the engine's current state", ["engine", "state"], registry=r
+        )
+
+    def record_decision(self, decision: DecisionModel) -> None:
+        """Remember a routing decision."""
+        self.requests_total += 1
+        self.decisions.append(decision)
+        key = reason_key(decision.reason)
+        self.by_reason[key] += 1
+        self.by_route[f"{decision.device or 'none'}/{decision.mode}"] += 1
+        self.m_decisions.labels(decision.policy, decision.device or "none", decision.mode, key).inc()
+
+    def record_finish(
+        self,
+        decision: DecisionModel,
+        outcome: str,
+        ttft: float | None,
+        e2e: float,
+        now: float | None = None,
+    ) -> DecisionModel:
+        """Record how a request ended; returns the decision with its outcome filled in."""
+        now = time.time() if now is None else now
+        device, mode = decision.device or "none", decision.mode
+        self.by_outcome[outcome] += 1
+        self.m_requests.labels(device, mode, outcome).inc()
+        self.finishes.append(now)
+        if ttft is not None:
+            self.ttfts.append((now, ttft))
+            self.m_ttft.labels(device, mode).observe(ttft)
+            if decision.est_ttft is not None:
+                self.estimated += 1
+                if abs(ttft - decision.est_ttft) <= max(ACCURACY_SLACK_S, ACCURACY_FACTOR * ttft):
+                    self.accurate += 1
+        self.m_e2e.labels(device, mode).observe(e2e)
+        finished = decision.model_copy(update={"outcome": outcome, "ttft": ttft, "e2e": e2e})
+        for i in range(len(self.decisions) - 1, -1, -1):
+            if self.decisions[i].request_id == decision.request_id:
+                self.decisions[i] = finished
+                break
+        return finished
+
+    def ttft_quantiles(self, now: float | None = None) -> tuple[float | None, float | None]:
+        """TTFT p50 and p99 over the window."""
+        now = time.time() if now is None else now
+        values = sorted(v for t, v in self.ttfts if now - t <= self.window_s)
+        if not values:
+            return None, None
+
+        def q(p: float) -> float:
+            return values[min(len(values) - 1, int(p * len(values)))]
+
+        return q(0.5), q(0.99)
+
+    def requests_per_s(self, now: float | None = None, span: float = 10.0) -> float:
+        """Finished requests per second over the last ``span`` seconds."""
+        now = time.time() if now is None else now
+        return sum(1 for t in self.finishes if now - t <= span) / span
+
+    def accuracy(self) -> float | None:
+        """Share of TTFT estimates that were close to what happened."""
+        return self.accurate / self.estimated if self.estimated else None
+
+    def exposition(self) -> bytes:
+        """Prometheus text of the conductor's own metrics."""
+        return generate_latest(self.registry)

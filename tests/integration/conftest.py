@@ -1,0 +1,176 @@
+"""A real stack for conductor tests: simulator engines and syshaxd as processes on loopback."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from tests.plugins.ports import free_port, wait_http
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
+
+
+@dataclass
+class Stack:
+    """Simulator engines plus a syshaxd in front of them."""
+
+    url: str
+    gpu_url: str
+    cpu_url: str
+    config_path: Path
+    tmp: Path
+    daemon: subprocess.Popen[bytes]
+    engines: list[subprocess.Popen[bytes]]
+    log_path: Path
+    api_key: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def openai(self, **kwargs: Any) -> Any:
+        """An official OpenAI client pointed at the conductor."""
+        import openai
+
+        return openai.OpenAI(base_url=f"{self.url}/v1", api_key=self.api_key or "unused", max_retries=0, **kwargs)
+
+    def metric(self, name: str, **labels: str) -> float:
+        """Sum of a syshax_* sample from the conductor's /metrics matching the labels."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                    total += sample.value
+        return total
+
+    def engine_metric(self, url: str, name: str) -> float:
+        """Sum of a metric family's samples on a simulator engine."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        text = httpx.get(f"{url}/metrics", timeout=5).text
+        total = 0.0
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name:
+                    total += sample.value
+        return total
+
+    def log_text(self) -> str:
+        """What the daemon logged so far."""
+        return self.log_path.read_text(errors="replace")
+
+    def faults(self, url: str, **settings: Any) -> None:
+        """Switch simulator faults on an engine (empty: all off)."""
+        if settings:
+            httpx.post(f"{url}/sim/faults", json=settings, timeout=5).raise_for_status()
+        else:
+            httpx.delete(f"{url}/sim/faults", timeout=5).raise_for_status()
+
+
+def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_update(base[key], value)
+        else:
+            base[key] = value
+    return base
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Factory: ``make_stack(policy="gpu-only", handoff="recompute", config={...})``."""
+    procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Any] = []
+
+    def start(
+        *,
+        policy: str = "classic",
+        handoff: str = "recompute",
+        gpu_profile: str = "tiny",
+        cpu_profile: str = "tiny",
+        dialect: str = "vllm-v1",
+        speed: float = 20.0,
+        config: dict[str, Any] | None = None,
+        api_key: str | None = None,
+        env: dict[str, str] | None = None,
+        pair: bool = True,
+    ) -> Stack:
+        """Start engines (one process for a pair, else one each) and syshaxd."""
+        gpu_port, cpu_port, api_port = free_port(), free_port(), free_port()
+        sim_log = open(tmp_path / "sim.log", "ab")  # noqa: SIM115 - closed in teardown
+        logs.append(sim_log)
+        if pair:
+            commands = [["pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
+                         "--gpu-profile", gpu_profile, "--cpu-profile", cpu_profile, "--speed", str(speed),
+                         "--gpu-dialect", dialect, "--cpu-dialect", dialect]]
+        else:
+            commands = [["--profile", gpu_profile, "--port", str(gpu_port), "--dialect", dialect, "--speed", str(speed)],
+                        ["--profile", cpu_profile, "--port", str(cpu_port), "--dialect", dialect, "--speed", str(speed)]]
+        engines = []
+        for command in commands:
+            proc = subprocess.Popen([sys.executable, "-m", "syshaxd.sim", *command],
+                                    stdout=sim_log, stderr=subprocess.STDOUT)
+            procs.append(proc)
+            engines.append(proc)
+        gpu_url, cpu_url = f"http://127.0.0.1:{gpu_port}", f"http://127.0.0.1:{cpu_port}"
+        wait_http(f"{gpu_url}/health", proc=engines[0])
+        wait_http(f"{cpu_url}/health", proc=engines[-1])
+        data: dict[str, Any] = {
+            "services": {
+                "gpu": {"port": gpu_port, "handoff": handoff, "dialect": dialect},
+                "cpu": {"port": cpu_port, "handoff": handoff, "dialect": dialect},
+                "conductor": {"port": api_port, "api_key": api_key},
+            },
+            "decider": {"policy": policy},
+            "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
+            "control": {"socket": str(tmp_path / "run" / "control.sock"), "state_dir": str(tmp_path / "state")},
+            "system": {"request_timeout": 60, "shutdown_grace": 5},
+        }
+        _deep_update(data, config or {})
+        config_path = tmp_path / "config.yaml"
+        config_path.write_text(yaml.safe_dump(data))
+        log_path = tmp_path / "syshaxd.log"
+        daemon_log = open(log_path, "wb")  # noqa: SIM115 - closed in teardown
+        logs.append(daemon_log)
+        run_env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
+        run_env.update({"XDG_RUNTIME_DIR": str(tmp_path / "xdg"), **(env or {})})
+        daemon = subprocess.Popen(
+            [sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+            stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env,
+        )
+        procs.append(daemon)
+        url = f"http://127.0.0.1:{api_port}"
+        wait_http(f"{url}/health", proc=daemon)
+        # Let the monitor see both engines once before the test routes anything.
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            body = httpx.get(f"{url}/health", timeout=5).json()
+            if all(e["state"] == "up" for e in body.get("engines", {}).values()):
+                break
+            time.sleep(0.1)
+        return Stack(url, gpu_url, cpu_url, config_path, tmp_path, daemon, engines, log_path, api_key)
+
+    yield start
+    for proc in reversed(procs):
+        _stop(proc)
+    for handle in logs:
+        handle.close()

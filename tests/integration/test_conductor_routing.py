@@ -1,0 +1,131 @@
+"""Every routing path: GPU, CPU, split (each handoff protocol), queued and rejected."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration.conftest import Stack
+
+MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
+EXACT = {"ignore_eos": True, "seed": 11}
+
+
+def single_engine_text(url: str, max_tokens: int) -> str:
+    response = httpx.post(f"{url}/v1/chat/completions",
+                          json={"model": "ds-32b", "messages": MESSAGES, "max_tokens": max_tokens, **EXACT}, timeout=30)
+    response.raise_for_status()
+    return str(response.json()["choices"][0]["message"]["content"])
+
+
+@pytest.mark.parametrize(("policy", "device"), [("gpu-only", "gpu"), ("cpu-only", "cpu")])
+def test_policy_sends_requests_to_its_device(make_stack: Callable[..., Stack], policy: str, device: str) -> None:
+    stack = make_stack(policy=policy)
+    url = stack.gpu_url if device == "gpu" else stack.cpu_url
+    before = stack.engine_metric(url, "vllm:generation_tokens_total")
+    stack.openai().chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=4, extra_body=EXACT)
+    assert stack.metric("syshax_requests_total", device=device, mode="whole", outcome="ok") == 1
+    assert stack.engine_metric(url, "vllm:generation_tokens_total") - before == 4
+
+
+@pytest.mark.parametrize("handoff", ["recompute", "syshax", "kv-transfer"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_pd_split_answer_matches_a_single_engine(make_stack: Callable[..., Stack], handoff: str, stream: bool) -> None:
+    stack = make_stack(policy="classic", handoff=handoff)
+    expected = single_engine_text(stack.gpu_url, 9)
+    cpu_before = stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total")
+    response = httpx.post(
+        f"{stack.url}/v1/chat/pd_disagg",
+        json={"model": "ds-32b", "messages": MESSAGES, "max_tokens": 9, "stream": stream,
+              "stream_options": {"include_usage": True} if stream else None, **EXACT},
+        timeout=30,
+    )
+    assert response.status_code == 200, response.text
+    if stream:
+        import json
+
+        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        chunks = [json.loads(e) for e in events[:-1]]
+        assert len({c["id"] for c in chunks}) == 1
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+        usage = [c["usage"] for c in chunks if c.get("usage")][-1]
+    else:
+        body = response.json()
+        text, finish, usage = body["choices"][0]["message"]["content"], [body["choices"][0]["finish_reason"]], body["usage"]
+    assert text == expected
+    assert finish == ["length"]
+    assert usage["completion_tokens"] == 9
+    assert stack.metric("syshax_requests_total", mode="pd_split", outcome="ok") == 1
+    assert stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total") > cpu_before
+
+
+def _slow_request(url: str, results: list[Any], max_tokens: int = 60) -> None:
+    response = httpx.post(f"{url}/v1/chat/completions",
+                          json={"messages": MESSAGES, "max_tokens": max_tokens, **EXACT}, timeout=60)
+    results.append(response)
+
+
+def test_no_capacity_queues_then_admits(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(policy="classic", speed=2.0,
+                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0}})
+    results: list[Any] = []
+    first = threading.Thread(target=_slow_request, args=(stack.url, results))
+    first.start()
+    deadline = time.monotonic() + 10
+    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    second = threading.Thread(target=_slow_request, args=(stack.url, results, 3))
+    second.start()
+    deadline = time.monotonic() + 10
+    seen_queue = 0.0
+    while time.monotonic() < deadline and seen_queue < 1:
+        seen_queue = stack.metric("syshax_queue_depth")
+        time.sleep(0.02)
+    assert seen_queue == 1
+    first.join(60)
+    second.join(60)
+    assert [r.status_code for r in results] == [200, 200]
+    assert stack.metric("syshax_queue_depth") == 0
+
+
+def test_full_queue_is_429_with_retry_after(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(policy="classic", speed=2.0,
+                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
+                               "system": {"max_queue_size": 0}})
+    results: list[Any] = []
+    first = threading.Thread(target=_slow_request, args=(stack.url, results))
+    first.start()
+    deadline = time.monotonic() + 10
+    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rejected = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2}, timeout=10)
+    assert rejected.status_code == 429
+    assert rejected.headers["Retry-After"].isdigit()
+    assert "queue is full" in rejected.json()["error"]["message"]
+    first.join(60)
+    assert results[0].status_code == 200
+
+
+def test_waiting_request_times_out_with_504(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(policy="classic", speed=1.0,
+                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
+                               "system": {"request_timeout": 1.5}})
+    results: list[Any] = []
+    first = threading.Thread(target=_slow_request, args=(stack.url, results, 400))
+    first.start()
+    deadline = time.monotonic() + 10
+    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    waited = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2}, timeout=10)
+    assert waited.status_code == 504
+    assert "request_timeout" in waited.json()["error"]["message"]
+    first.join(30)
+    assert results and results[0].status_code == 504
+    assert stack.metric("syshax_inflight") == 0
