@@ -61,9 +61,9 @@ def _prefill_first(protocol: str) -> Callable[[SplitContext], Any]:
         from syshaxd.handoff import kv_transfer
 
         return kv_transfer.prefill
-    from syshaxd.handoff import llamacpp_slots  # type: ignore[attr-defined]
+    from syshaxd.handoff import slots
 
-    return llamacpp_slots.prefill  # type: ignore[no-any-return]
+    return slots.prefill
 
 
 class Dispatcher:
