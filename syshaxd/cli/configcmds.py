@@ -6,39 +6,50 @@ import argparse
 import os
 import sys
 from importlib import resources
-from pathlib import Path
 
 from syshaxd import __version__
-from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
-from syshaxd.config import (
-    DEFAULT_LOCATIONS,
-    ConfigError,
-    all_keys,
-    display_value,
-    engine_specs,
-    find_config_path,
-    get_dotted,
-    set_in_file,
+from syshaxd import config as cfg
+from syshaxd.cli._common import (
+    CommandError,
+    UsageError,
+    add_config_arg,
+    load,
+    load_file_only,
+    target_path,
+)
+
+_VALUE_HELP = (
+    "VALUE is converted to the key's type: integers, numbers, true/false, text as given, "
+    "null where a key allows it, and a YAML/JSON list for endpoints, e.g. "
+    "syshax config services.cpu.endpoints '[{name: cpu1, port: 8004}]' ('[]' clears it)."
 )
 
 
 def example_text() -> str:
     """The commented example config shipped with the package."""
-    return resources.files("syshaxd").joinpath("data/config.example.yaml").read_text(encoding="utf-8")
+    path = resources.files("syshaxd").joinpath("data/config.example.yaml")
+    return path.read_text(encoding="utf-8")
 
 
-def _keys_help() -> str:
-    lines = ["keys (type, default: meaning):"]
-    for info in all_keys().values():
-        lines.append(f"  {info.key}  ({info.type_name}, default {display_value(info.default)})")
+def keys_help() -> str:
+    """Every key with its type, default, meaning and allowed values (``config --help``)."""
+    lines = ["keys (type, default), meaning, allowed values:"]
+    for info in cfg.iter_keys():
+        lines.append(f"  {info.key}  ({info.type_name}, default {cfg.display_value(info.default)})")
         if info.description:
             lines.append(f"      {info.description}")
+        lines.append(f"      allowed: {info.allowed}")
     return "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the config commands."""
-    p = sub.add_parser("init", help="write a config file from the commented example")
+    p = sub.add_parser(
+        "init",
+        help="write a config file from the commented example",
+        description="Write the commented example config to --config, $SYSHAX_CONFIG, or "
+        "./config/config.yaml (an existing default location is refused too).",
+    )
     add_config_arg(p)
     p.add_argument("--force", action="store_true", help="overwrite an existing file")
     p.set_defaults(func=cmd_init)
@@ -46,17 +57,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "config",
         help="print or set one key of the config file",
-        description="Print (KEY) or set (KEY VALUE) one key of the YAML config file. "
-        "Values are type-checked; the file keeps its comments and is written atomically.",
-        epilog=_keys_help(),
+        description="Print (KEY) or set (KEY VALUE) one key of the YAML config file. The file "
+        "keeps its comments, is validated before it is written, and is replaced atomically; "
+        "a bad value leaves it untouched. " + _VALUE_HELP,
+        epilog=keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arg(p)
-    p.add_argument("key", nargs="?", help="dotted key, e.g. services.gpu.port")
-    p.add_argument("value", nargs="?", help="new value (YAML scalar: 24, true, null, text)")
+    p.add_argument("key", nargs="?", help="dotted key, e.g. decider.cpu_max_batch_size")
+    p.add_argument("value", nargs="?", help="new value; see above")
     p.set_defaults(func=cmd_config)
 
-    p = sub.add_parser("check-config", help="validate the config and say where it came from")
+    p = sub.add_parser("check-config", help="validate the config and say where values came from")
     add_config_arg(p)
     p.set_defaults(func=cmd_check)
 
@@ -76,76 +88,67 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _target_path(args: argparse.Namespace) -> Path:
-    """The file `init`/`config` edit: the one found by the lookup order, else ./config/config.yaml."""
-    explicit = getattr(args, "config", None)
-    if explicit:
-        return Path(explicit)
-    if os.environ.get("SYSHAX_CONFIG"):
-        return Path(os.environ["SYSHAX_CONFIG"])
-    found = find_config_path(None)
-    return found if found is not None else DEFAULT_LOCATIONS[-1]
-
-
 def cmd_init(args: argparse.Namespace) -> int:
     """Write the example config."""
-    path = _target_path(args)
+    path = target_path(args)
     if path.exists() and not args.force:
         raise CommandError(f"{path} exists; use --force to overwrite it")
-    from syshaxd.config import atomic_write
-
-    try:
-        atomic_write(path, example_text())
-    except OSError as exc:
-        raise CommandError(f"cannot write {path}: {exc.strerror or exc}") from None
-    print(f"wrote {path}")
+    cfg.atomic_write(path, example_text())
+    print(f"wrote {path}; change a key with: syshax config KEY VALUE")
     return 0
+
+
+def _env_var_for(key: str) -> str | None:
+    var = cfg.ENV_PREFIX + key.upper().replace(".", "__")
+    return var if var in os.environ else None
 
 
 def cmd_config(args: argparse.Namespace) -> int:
     """Print or set one key."""
     if not args.key:
-        print(_keys_help())
+        print(keys_help())
         return 0
-    known = all_keys()
+    if args.key not in cfg.all_keys():
+        raise UsageError(str(cfg.unknown_key_error(args.key)))
     if args.value is None:
-        if args.key not in known:
-            from syshaxd.config import suggest
-
-            hint = suggest(args.key, list(known))
-            extra = f" (did you mean {hint!r}?)" if hint else ""
-            raise UsageError(f"unknown key {args.key!r}{extra}; 'syshax config --help' lists every key")
-        loaded = load(args, use_overrides=False)
-        print(display_value(get_dotted(loaded.config, args.key)))
-        return 0
-    path = _target_path(args)
-    if not path.exists():
-        raise ConfigError(f"config file not found: {path}; create it with 'syshax init'")
-    value = set_in_file(path, args.key, args.value)
-    print(f"{args.key} = {display_value(value)}  ({path})")
+        print(cfg.display_value(cfg.get_dotted(load_file_only(args).config, args.key)))
+    else:
+        path = target_path(args)
+        if not path.exists():
+            raise cfg.ConfigError(
+                "config file not found; create it with 'syshax init'", source=str(path)
+            )
+        value = cfg.set_in_file(path, args.key, args.value)
+        print(f"{args.key} = {cfg.display_value(value)}  ({path})")
+    var = _env_var_for(args.key)
+    if var:
+        print(f"note: ${var} is set and overrides this value at run time", file=sys.stderr)
     return 0
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    """Validate the layered config."""
+    """Validate the layered config and show which keys the layers set."""
     loaded = load(args)
-    engine_specs(loaded.config)
-    where = str(loaded.path) if loaded.path else "no file found, built-in defaults"
-    print(f"config ok: {where}")
-    if loaded.overrides_path and loaded.overrides_path.exists():
-        print(f"runtime overrides: {loaded.overrides_path}")
+    print(f"config ok: {loaded.path or 'no file found, built-in defaults'}")
+    overrides = loaded.overrides_path
+    if overrides is not None and overrides.exists():
+        print(f"runtime overrides: {overrides}")
+    engines = cfg.engine_specs(loaded.config)
+    gpus = sum(1 for e in engines if e.device == "gpu")
+    print(f"engines: {gpus} GPU, {len(engines) - gpus} CPU; policy {loaded.config.decider.policy}")
     for key, source in sorted(loaded.sources.items()):
-        if source.startswith("env"):
-            print(f"  {key} from {source}")
+        if not source.startswith("file"):
+            value = cfg.display_value(cfg.get_dotted(loaded.config, key))
+            print(f"  {key} = {value}  (from {source})")
     return 0
 
 
 def cmd_interfaces(args: argparse.Namespace) -> int:
     """Print the engine and conductor URLs."""
     loaded = load(args)
-    for spec in engine_specs(loaded.config):
-        print(f"{spec.device}  {spec.name:<8} {spec.url}  ({spec.dialect})")
-    print(f"conductor       {loaded.config.services.conductor.url()}/v1")
+    for spec in cfg.engine_specs(loaded.config):
+        print(f"{spec.device:<9} {spec.name:<8} {spec.url}  ({spec.dialect})")
+    print(f"{'conductor':<9} {'':<8} {loaded.config.services.conductor.url()}/v1")
     return 0
 
 
