@@ -65,6 +65,11 @@ class EngineMetrics:
     prefill_tps: float | None = None  # tokens/s: a gauge from the engine, or a counter rate
     decode_tps: float | None = None
     histograms: tuple[tuple[str, HistogramData], ...] = ()
+    requests_finished_total: float | None = None
+    # Filled by the monitor's rate tracker from counter deltas over its window:
+    finish_rate: float | None = None  # requests finished per second
+    tpot_recent: float | None = None  # mean seconds per output token of recent tokens, per request
+    ttft_recent: float | None = None  # mean time to first token of recently started requests
 
     def histogram(self, name: str) -> HistogramData | None:
         """The named histogram (common names: ttft, tpot, e2e), if the engine has it."""
@@ -91,6 +96,8 @@ class EngineView:
     # The conductor's own accounting, fresher than any scrape:
     inflight: int = 0  # routed to this engine and not finished
     scheduled: int = 0  # routed but not yet producing tokens (not visible as running yet)
+    inflight_decode_tokens: int = 0  # output tokens the in-flight requests may still generate
+    scheduled_prompt_tokens: int = 0  # prompt tokens of the scheduled requests (prefill to come)
 
     @property
     def usable(self) -> bool:

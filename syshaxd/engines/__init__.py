@@ -1,0 +1,33 @@
+"""Engine dialects: where each engine keeps its numbers and how to read them.
+
+``get_dialect(name)`` returns the :class:`Dialect` for a config name (``vllm-v1``,
+``vllm-v0``, ``llamacpp``, ``sglang``, ``openai``). Parsing is pure; rates over time
+live in :mod:`syshaxd.engines.rates`.
+"""
+
+from __future__ import annotations
+
+from syshaxd.engines.base import Dialect
+from syshaxd.engines.llamacpp import LLAMACPP
+from syshaxd.engines.openai import OPENAI
+from syshaxd.engines.promtext import MetricSet, MetricsParseError
+from syshaxd.engines.rates import RateTracker
+from syshaxd.engines.sglang import SGLANG
+from syshaxd.engines.vllm import VLLM_V0, VLLM_V1
+
+DIALECTS: dict[str, Dialect] = {d.name: d for d in (VLLM_V1, VLLM_V0, LLAMACPP, SGLANG, OPENAI)}
+
+
+def get_dialect(name: str) -> Dialect:
+    """The dialect of a config name.
+
+    Raises:
+        KeyError: unknown name (the config's validation prevents this for loaded configs).
+    """
+    try:
+        return DIALECTS[name]
+    except KeyError:
+        raise KeyError(f"unknown engine dialect {name!r}; known: {', '.join(DIALECTS)}") from None
+
+
+__all__ = ["DIALECTS", "Dialect", "MetricSet", "MetricsParseError", "RateTracker", "get_dialect"]

@@ -1,0 +1,97 @@
+"""llama.cpp ``llama-server --metrics`` (and ``--slots`` for the KV-cache usage).
+
+Its ``*_tokens_seconds`` gauges are averaged over the window since the previous scrape and
+reset by every scrape, so two scrapers disturb each other: rates come from the token
+counters instead. Since mid-2025 ``/metrics`` has no KV-cache figure; ``GET /slots`` gives
+each slot's context size and the tokens it holds.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from syshaxd.engines.base import Dialect, count, fraction, nonneg
+from syshaxd.engines.promtext import MetricSet, MetricsParseError
+from syshaxd.snapshot import EngineMetrics, HistogramData
+
+
+def parse(text: str) -> EngineMetrics:
+    """Read llama-server's /metrics text into the common record."""
+    m = MetricSet.parse(text)
+    generated = nonneg(m.total("llamacpp:tokens_predicted_total"))
+    decode_seconds = nonneg(m.total("llamacpp:tokens_predicted_seconds_total"))
+    hists: tuple[tuple[str, HistogramData], ...] = ()
+    if generated is not None and decode_seconds is not None:
+        # Each slot adds its own decode time, so seconds / tokens is the time per output
+        # token a request sees: a one-bucket histogram carries that mean in the common shape.
+        hists = (("tpot", HistogramData(((math.inf, generated),), generated, decode_seconds)),)
+    return EngineMetrics(
+        # Builds before mid-2025 still had the ratio in /metrics.
+        kv_cache_usage=fraction(m.total("llamacpp:kv_cache_usage_ratio")),
+        running=count(m.total("llamacpp:requests_processing")),
+        waiting=count(m.total("llamacpp:requests_deferred")),
+        prompt_tokens_total=nonneg(m.total("llamacpp:prompt_tokens_total")),
+        generation_tokens_total=generated,
+        histograms=hists,
+    )
+
+
+def _slot_tokens(slot: dict[str, Any]) -> int:
+    """Tokens a busy slot holds in the KV cache: its prompt plus what it decoded so far."""
+    if isinstance(slot.get("n_past"), int):  # older builds report the position directly
+        return max(0, int(slot["n_past"]))
+    prompt = slot.get("n_prompt_tokens", 0)
+    decoded = 0
+    next_token = slot.get("next_token")
+    if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict):
+        decoded = next_token[0].get("n_decoded", 0)
+    elif isinstance(next_token, dict):
+        decoded = next_token.get("n_decoded", 0)
+    total = (prompt if isinstance(prompt, int) else 0) + (decoded if isinstance(decoded, int) else 0)
+    return max(0, total)
+
+
+def _busy(slot: dict[str, Any]) -> bool:
+    if "is_processing" in slot:
+        return bool(slot["is_processing"])
+    return bool(slot.get("state", 0) != 0)  # older builds: 0 = idle
+
+
+def parse_slots(text: str) -> float | None:
+    """KV-cache usage (0..1) from ``GET /slots``: tokens held by busy slots over total context.
+
+    Idle slots keep their last prompt for reuse, but that cache is given up on demand, so
+    only busy slots count. Returns None for an empty slot list.
+
+    Raises:
+        MetricsParseError: the body is not the JSON list of slot objects llama-server sends.
+    """
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise MetricsParseError(f"/slots is not JSON: {exc}") from None
+    if not isinstance(data, list) or not all(isinstance(s, dict) for s in data):
+        raise MetricsParseError("/slots is not a list of slot objects")
+    capacity = 0
+    used = 0
+    for slot in data:
+        n_ctx = slot.get("n_ctx")
+        if not isinstance(n_ctx, int) or n_ctx <= 0:
+            raise MetricsParseError("/slots: a slot has no positive n_ctx")
+        capacity += n_ctx
+        if _busy(slot):
+            used += min(_slot_tokens(slot), n_ctx)
+    return used / capacity if capacity else None
+
+
+LLAMACPP = Dialect(
+    name="llamacpp",
+    metrics_path="/metrics",
+    parse=parse,
+    health_path="/health",
+    slots_path="/slots",
+    parse_slots=parse_slots,
+    description="llama.cpp llama-server --metrics (--slots for KV-cache usage)",
+)

@@ -1,0 +1,117 @@
+"""Rates from cumulative counters: tokens/s, requests/s and recent latency means.
+
+One small stateful object per engine, fed each parsed record with the time of its scrape.
+Counters are differenced over a short window of wall time; a counter that goes down means
+the engine restarted, and the new value is all that was counted since (as PromQL's
+``rate()`` does). A rate the engine reports as a gauge is kept as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import replace
+
+from syshaxd.snapshot import EngineMetrics
+
+
+class _Counter:
+    """A counter made monotonic across resets."""
+
+    __slots__ = ("adjusted", "last")
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.adjusted = 0.0
+
+    def feed(self, value: float) -> float:
+        if self.last is not None:
+            self.adjusted += value - self.last if value >= self.last else value
+        self.last = value
+        return self.adjusted
+
+
+def _counters(metrics: EngineMetrics) -> dict[str, float]:
+    values: dict[str, float | None] = {
+        "prompt": metrics.prompt_tokens_total,
+        "generation": metrics.generation_tokens_total,
+        "finished": metrics.requests_finished_total,
+    }
+    for name in ("tpot", "ttft"):
+        hist = metrics.histogram(name)
+        if hist is not None:
+            values[f"{name}_sum"] = hist.sum
+            values[f"{name}_count"] = hist.count
+    return {k: v for k, v in values.items() if v is not None and math.isfinite(v) and v >= 0}
+
+
+class RateTracker:
+    """Turns one engine's successive records into rates over the last ``window`` seconds.
+
+    Args:
+        window: seconds of history the rates average over (at least the last two scrapes
+            are always used, however far apart).
+    """
+
+    def __init__(self, window: float = 5.0) -> None:
+        self.window = window
+        self._counters: dict[str, _Counter] = {}
+        self._history: deque[tuple[float, dict[str, float]]] = deque()
+        self._tpot: float | None = None
+        self._ttft: float | None = None
+
+    def reset(self) -> None:
+        """Forget all history (the next record starts afresh)."""
+        self._counters.clear()
+        self._history.clear()
+        self._tpot = self._ttft = None
+
+    def update(self, metrics: EngineMetrics, now: float) -> EngineMetrics:
+        """Record a scrape taken at ``now`` (seconds, monotonic) and return it with rates filled.
+
+        ``prefill_tps``/``decode_tps`` the dialect read from a gauge stay; otherwise they
+        come from counter deltas. ``tpot_recent``/``ttft_recent`` are the means of what
+        finished inside the window, and keep their last value while nothing new happens.
+        """
+        if self._history and now <= self._history[-1][0]:
+            return self._fill(metrics, {})  # clock did not advance: no new information
+        adjusted = {key: self._counters.setdefault(key, _Counter()).feed(value) for key, value in _counters(metrics).items()}
+        self._history.append((now, adjusted))
+        while len(self._history) > 2 and now - self._history[1][0] >= self.window:
+            self._history.popleft()
+        return self._fill(metrics, self._deltas(now, adjusted))
+
+    def _deltas(self, now: float, adjusted: dict[str, float]) -> dict[str, tuple[float, float]]:
+        """Per counter: (increase, seconds) against the oldest point in the window holding it."""
+        out: dict[str, tuple[float, float]] = {}
+        for key, value in adjusted.items():
+            for then, old in self._history:
+                if then < now and key in old:
+                    out[key] = (value - old[key], now - then)
+                    break
+        return out
+
+    def _fill(self, metrics: EngineMetrics, deltas: dict[str, tuple[float, float]]) -> EngineMetrics:
+        def rate(key: str) -> float | None:
+            if key not in deltas:
+                return None
+            increase, seconds = deltas[key]
+            return increase / seconds if seconds > 0 else None
+
+        def mean(name: str) -> float | None:
+            total, n = deltas.get(f"{name}_sum"), deltas.get(f"{name}_count")
+            if total is None or n is None or n[0] <= 0:
+                return None
+            value = total[0] / n[0]
+            return value if math.isfinite(value) and value >= 0 else None
+
+        self._tpot = mean("tpot") or self._tpot
+        self._ttft = mean("ttft") or self._ttft
+        return replace(
+            metrics,
+            prefill_tps=metrics.prefill_tps if metrics.prefill_tps is not None else rate("prompt"),
+            decode_tps=metrics.decode_tps if metrics.decode_tps is not None else rate("generation"),
+            finish_rate=rate("finished"),
+            tpot_recent=self._tpot,
+            ttft_recent=self._ttft,
+        )

@@ -1,0 +1,113 @@
+"""Rates from counter deltas: windows, resets, gauges that win, latency means."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from syshaxd.engines import RateTracker, get_dialect
+from syshaxd.snapshot import EngineMetrics, HistogramData
+
+
+def rec(prompt: float | None = None, gen: float | None = None, **kw: object) -> EngineMetrics:
+    return EngineMetrics(prompt_tokens_total=prompt, generation_tokens_total=gen, **kw)  # type: ignore[arg-type]
+
+
+def test_first_record_has_no_rate_yet() -> None:
+    out = RateTracker().update(rec(100, 1000), now=10.0)
+    assert out.prefill_tps is None and out.decode_tps is None
+
+
+def test_rates_are_counter_deltas_over_time() -> None:
+    t = RateTracker(window=10.0)
+    t.update(rec(100, 1000), now=10.0)
+    out = t.update(rec(400, 1060), now=12.0)
+    assert out.prefill_tps == pytest.approx(150.0)
+    assert out.decode_tps == pytest.approx(30.0)
+
+
+def test_rate_averages_over_the_window() -> None:
+    t = RateTracker(window=3.0)
+    t.update(rec(0, 0), now=0.0)
+    t.update(rec(0, 100), now=1.0)
+    t.update(rec(0, 100), now=2.0)
+    out = t.update(rec(0, 130), now=3.0)
+    assert out.decode_tps == pytest.approx(130 / 3)
+    # Once the first point leaves the window the rate covers the later points only.
+    out = t.update(rec(0, 160), now=5.0)
+    assert out.decode_tps == pytest.approx((160 - 100) / (5 - 2))
+
+
+def test_counter_reset_counts_the_new_value_as_the_increase() -> None:
+    t = RateTracker(window=2.0)
+    t.update(rec(0, 5000), now=0.0)
+    out = t.update(rec(0, 40), now=2.0)  # the engine restarted and has made 40 tokens since
+    assert out.decode_tps == pytest.approx(20.0)
+    out = t.update(rec(0, 100), now=4.0)
+    assert out.decode_tps == pytest.approx(30.0)
+
+
+def test_a_gauge_from_the_engine_wins_over_counter_deltas() -> None:
+    t = RateTracker()
+    t.update(rec(0, 0, decode_tps=86.5), now=0.0)
+    out = t.update(rec(10, 10, decode_tps=86.5), now=1.0)
+    assert out.decode_tps == 86.5
+    assert out.prefill_tps == pytest.approx(10.0)
+
+
+def test_a_clock_that_does_not_advance_gives_no_rate() -> None:
+    t = RateTracker()
+    t.update(rec(0, 0), now=5.0)
+    out = t.update(rec(0, 100), now=5.0)
+    assert out.decode_tps is None
+
+
+def test_missing_counter_gives_no_rate_for_it() -> None:
+    t = RateTracker()
+    t.update(rec(None, 0), now=0.0)
+    out = t.update(rec(None, 50), now=1.0)
+    assert out.prefill_tps is None
+    assert out.decode_tps == pytest.approx(50.0)
+
+
+def hist(count: float, total: float) -> HistogramData:
+    return HistogramData(((math.inf, count),), count, total)
+
+
+def test_recent_tpot_and_ttft_are_means_of_histogram_deltas_and_stay_when_idle() -> None:
+    t = RateTracker(window=10.0)
+    t.update(rec(histograms=(("tpot", hist(100, 5.0)), ("ttft", hist(10, 2.0)))), now=0.0)
+    out = t.update(rec(histograms=(("tpot", hist(300, 15.0)), ("ttft", hist(12, 3.0)))), now=1.0)
+    assert out.tpot_recent == pytest.approx(10.0 / 200)
+    assert out.ttft_recent == pytest.approx(1.0 / 2)
+    later = t.update(rec(histograms=(("tpot", hist(300, 15.0)), ("ttft", hist(12, 3.0)))), now=20.0)
+    assert later.tpot_recent == pytest.approx(0.05)  # nothing new: the last measurement stays
+
+
+def test_finish_rate_from_request_counter() -> None:
+    t = RateTracker()
+    t.update(rec(requests_finished_total=10.0), now=0.0)
+    out = t.update(rec(requests_finished_total=16.0), now=2.0)
+    assert out.finish_rate == pytest.approx(3.0)
+
+
+def test_llamacpp_rates_come_from_counters_not_the_resetting_gauges() -> None:
+    parse = get_dialect("llamacpp").parse
+    before = "llamacpp:tokens_predicted_total 1000\nllamacpp:tokens_predicted_seconds_total 10\n" \
+             "llamacpp:prompt_tokens_total 50\nllamacpp:predicted_tokens_seconds 999\n"
+    after = "llamacpp:tokens_predicted_total 1080\nllamacpp:tokens_predicted_seconds_total 14\n" \
+            "llamacpp:prompt_tokens_total 250\nllamacpp:predicted_tokens_seconds 0\n"
+    t = RateTracker()
+    t.update(parse(before), now=100.0)
+    out = t.update(parse(after), now=102.0)
+    assert out.decode_tps == pytest.approx(40.0)
+    assert out.prefill_tps == pytest.approx(100.0)
+    assert out.tpot_recent == pytest.approx(4.0 / 80)
+
+
+def test_reset_forgets_history() -> None:
+    t = RateTracker()
+    t.update(rec(0, 0), now=0.0)
+    t.reset()
+    assert t.update(rec(0, 100), now=1.0).decode_tps is None
