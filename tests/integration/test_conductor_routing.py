@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.integration.conftest import Stack
+from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
 EXACT = {"ignore_eos": True, "seed": 11}

@@ -1,4 +1,4 @@
-"""A real stack for conductor tests: simulator engines and syshaxd as processes on loopback."""
+"""Fixture plugin: a real stack of simulator engines and syshaxd as processes on loopback (make_stack)."""
 
 from __future__ import annotations
 
