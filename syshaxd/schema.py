@@ -133,6 +133,7 @@ class ConfigChangeModel(_Wire):
     engines: dict[str, dict[str, bool]] = Field(default_factory=dict)  # name -> {enabled, draining}
     needs_restart: list[str] = Field(default_factory=list)
     source: str = "patch"  # patch, reload, save
+    path: str | None = None  # save: the overrides file written
 
 
 #: PATCH /v1/config takes a flat JSON object of dotted keys: runtime config keys
