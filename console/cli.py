@@ -1,0 +1,111 @@
+"""The ``syshax-console`` command line: options, errors as messages, then the app or ``--once``."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from console.client import ControlClient, ControlError
+from console.keymap import KeymapError, default_keymap_path, load_keymap
+from console.locate import SocketChoice, choose_socket
+from console.once import print_snapshot
+from syshaxd.config import ConfigError
+from syshaxd.schema import StateModel
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="syshax-console",
+        description="Live console of syshaxd: watch both engines, the host and every routing "
+        "decision, and change runtime limits while traffic flows.",
+    )
+    parser.add_argument("--socket", metavar="PATH", help="control socket (default: the config's control.socket, "
+                        "else /run/syshax/control.sock or $XDG_RUNTIME_DIR/syshax/control.sock)")
+    parser.add_argument("--config", metavar="PATH", help="syshaxd config file to read control.socket from")
+    parser.add_argument("--readonly", action="store_true", help="only watch; never change the daemon")
+    parser.add_argument("--refresh", type=float, default=4.0, metavar="HZ",
+                        help="screen updates per second, at most (0.5-30, default 4)")
+    parser.add_argument("--keymap", metavar="PATH",
+                        help=f"key rebinding file (default {default_keymap_path()}, if present)")
+    parser.add_argument("--max-log", type=int, default=500, metavar="N",
+                        help="decisions kept in the log (default 500)")
+    parser.add_argument("--once", action="store_true", help="print one plain-text snapshot and exit (no TUI)")
+    return parser
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the console; returns the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not 0.5 <= args.refresh <= 30:
+        parser.error(f"--refresh must be between 0.5 and 30 updates per second, not {args.refresh:g}")
+    if not 10 <= args.max_log <= 100_000:
+        parser.error(f"--max-log must be between 10 and 100000, not {args.max_log}")
+    try:
+        choice = choose_socket(args.socket, args.config)
+    except ConfigError as exc:
+        parser.exit(2, f"syshax-console: error: {exc}\n")
+    if args.once:
+        return _once(choice)
+    from console.app import ConsoleApp  # Textual is only needed for the live console
+
+    try:
+        keymap = _keymap(args.keymap, ConsoleApp.binding_ids())
+    except KeymapError as exc:
+        parser.exit(2, f"syshax-console: error: {exc}\n")
+    app = ConsoleApp(
+        ClientPool(choice).client,
+        refresh=args.refresh,
+        readonly=args.readonly,
+        keymap=keymap,
+        max_log=args.max_log,
+    )
+    app.run()
+    return 0
+
+
+class ClientPool:
+    """Makes the client for each connection attempt: the same one unless the socket moved."""
+
+    def __init__(self, choice: SocketChoice) -> None:
+        """Clients for the socket ``choice`` resolves to."""
+        self.choice = choice
+        self._current: ControlClient | None = None
+
+    def client(self) -> ControlClient:
+        """The client for the socket to try now."""
+        path = self.choice.resolve()
+        if self._current is None or self._current.socket_path != path:
+            self._current = ControlClient(path)
+        return self._current
+
+
+def _keymap(explicit: str | None, ids: list[str]) -> dict[str, str]:
+    if explicit:
+        return load_keymap(Path(explicit), ids, required=True)
+    return load_keymap(default_keymap_path(), ids, required=False)
+
+
+def _once(choice: SocketChoice) -> int:
+    path = choice.resolve()
+    console = Console()
+
+    async def fetch() -> StateModel:
+        client = ControlClient(path)
+        try:
+            return await client.state()
+        finally:
+            await client.aclose()
+
+    try:
+        state = asyncio.run(fetch())
+    except ControlError as exc:
+        print(f"syshax-console: {exc}", file=sys.stderr)
+        return 1
+    print_snapshot(state, console, str(path))
+    return 0
