@@ -1,0 +1,141 @@
+"""The control socket: safe creation, single instance, stale sockets, who may read and write."""
+
+from __future__ import annotations
+
+import asyncio
+import grp
+import os
+import socket
+import stat
+from pathlib import Path
+
+import pytest
+
+from syshaxd import control_server as cs
+from syshaxd.control_server import AlreadyRunning, ControlSocketError, create_control_socket
+from tests.control.conftest import NOBODY, ControlHarness, needs_root, run_as_nobody
+
+
+def test_socket_is_0660_for_the_group_and_never_wider(public_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = public_dir / "control.sock"
+    modes_at_chown: list[int] = []
+    real_chown = os.chown
+
+    def spy_chown(target: str | Path, uid: int, gid: int) -> None:
+        modes_at_chown.append(stat.S_IMODE(os.stat(target).st_mode))
+        real_chown(target, uid, gid)
+
+    monkeypatch.setattr(cs.os, "chown", spy_chown)
+    old_umask = os.umask(0)  # even with no umask the name never appears world-accessible
+    try:
+        control = create_control_socket(path, "nogroup")
+    finally:
+        os.umask(old_umask)
+    try:
+        st = os.stat(path)
+        assert stat.S_ISSOCK(st.st_mode)
+        assert stat.S_IMODE(st.st_mode) == 0o660
+        assert st.st_gid == grp.getgrnam("nogroup").gr_gid
+        assert modes_at_chown == [0o600]  # owner-only between bind() and chown/chmod
+    finally:
+        control.close()
+    assert not path.exists()
+    assert not path.with_name("control.sock.lock").exists()
+
+
+def test_missing_group_falls_back_to_the_daemons_group(public_dir: Path) -> None:
+    control = create_control_socket(public_dir / "control.sock", "no-such-group-syshax")
+    try:
+        assert os.stat(control.path).st_gid == os.getegid()
+        assert control.gid == os.getegid()
+    finally:
+        control.close()
+
+
+def test_second_instance_is_refused_and_first_socket_survives(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    first = create_control_socket(path, "nogroup")
+    try:
+        with pytest.raises(AlreadyRunning, match=f"pid {os.getpid()}"):
+            create_control_socket(path, "nogroup")
+        assert stat.S_ISSOCK(os.stat(path).st_mode)
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))  # still listening
+        probe.close()
+    finally:
+        first.close()
+
+
+def test_stale_socket_from_a_dead_daemon_is_replaced(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    dead.bind(str(path))
+    dead.close()  # the file stays, nobody listens: what a killed daemon leaves behind
+    os.chmod(path, 0o604)
+    control = create_control_socket(path, "nogroup")
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o660
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))
+        probe.close()
+    finally:
+        control.close()
+
+
+def test_a_live_listener_without_the_lock_is_not_deleted(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    other = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    other.bind(str(path))
+    other.listen(1)
+    try:
+        with pytest.raises(AlreadyRunning, match="listening"):
+            create_control_socket(path, "nogroup")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        probe.connect(str(path))  # still reaches the live listener
+        accepted, _ = other.accept()
+        accepted.close()
+        probe.close()
+    finally:
+        other.close()
+        path.unlink()
+
+
+def test_a_regular_file_in_the_way_is_left_alone(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    path.write_text("not a socket")
+    with pytest.raises(ControlSocketError, match="not a socket"):
+        create_control_socket(path, "nogroup")
+    assert path.read_text() == "not a socket"
+    assert not path.with_name("control.sock.lock").exists()
+
+
+@needs_root
+async def test_group_member_may_read_but_not_write(control_api: ControlHarness) -> None:
+    status, body = await asyncio.to_thread(run_as_nobody, control_api.socket_path, "GET", "/v1/state")
+    assert status == 200, body
+    status, body = await asyncio.to_thread(
+        run_as_nobody, control_api.socket_path, "PATCH", "/v1/config", '{"decider.cpu_max_batch_size": 2}'
+    )
+    assert status == 403
+    assert "admin_group" in body and f"uid {NOBODY}" in body
+    assert control_api.runtime.config.decider.cpu_max_batch_size == 8
+    status, body = await asyncio.to_thread(run_as_nobody, control_api.socket_path, "POST", "/v1/reload")
+    assert status == 403
+
+
+@needs_root
+@pytest.mark.parametrize("control_options", [{"group": "nogroup", "admin_group": "nogroup"}])
+async def test_admin_group_member_may_write(control_api: ControlHarness) -> None:
+    status, body = await asyncio.to_thread(
+        run_as_nobody, control_api.socket_path, "PATCH", "/v1/config", '{"decider.cpu_max_batch_size": 2}'
+    )
+    assert status == 200, body
+    assert control_api.runtime.config.decider.cpu_max_batch_size == 2
+
+
+@needs_root
+@pytest.mark.parametrize("control_options", [{"group": "root", "admin_group": None}])
+async def test_non_member_cannot_even_connect(control_api: ControlHarness) -> None:
+    status, body = await asyncio.to_thread(run_as_nobody, control_api.socket_path, "GET", "/v1/state")
+    assert status == 0
+    assert "Permission denied" in body
