@@ -270,7 +270,6 @@ def load_config(
         if dotted not in all_keys():
             raise unknown_key_error(dotted, source=f"environment variable {var}", env=True)
         from_env[dotted] = coerce_value(dotted, raw)
-        origins[dotted] = f"environment variable {var}"
 
     resolved_overrides: Path | None = None
     if use_overrides:
@@ -280,6 +279,7 @@ def load_config(
         resolved_overrides = overrides_path
         if overrides_path.is_file():
             over, lines = read_config_file(overrides_path)
+            over = prune_null_sections(over, Config)
             for key, _ in _flatten(over):
                 if key not in RUNTIME_KEYS:
                     raise ConfigError(
@@ -293,8 +293,10 @@ def load_config(
             sources.update({k: f"overrides {overrides_path}" for k, _ in _flatten(over)})
 
     for dotted, value in from_env.items():
+        var = env_overrides(env)[dotted][1]
         set_dotted(data, dotted, value)
-        sources[dotted] = f"env {env_overrides(env)[dotted][1]}"
+        sources[dotted] = f"env {var}"
+        origins[dotted] = f"environment variable {var}"
     config = validate(data, str(path) if path else None, origins)
     return LoadedConfig(
         config=config, path=path, overrides_path=resolved_overrides, sources=sources

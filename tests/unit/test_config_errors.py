@@ -240,3 +240,16 @@ def test_file_mistake_is_reported_against_the_file_even_with_env_overrides(tmp_p
     with pytest.raises(ConfigError) as err:
         load_config(path, env=env, use_overrides=False)
     assert str(err.value).startswith(f"{path}:2: decider.policy: invalid value 'nope'")
+
+
+def test_bad_env_value_is_blamed_on_the_variable_not_the_overrides_file(tmp_path: Path) -> None:
+    (tmp_path / "overrides.yaml").write_text(
+        "decider:\n  cpu_max_batch_size: 3\n", encoding="utf-8"
+    )
+    env = {"STATE_DIRECTORY": str(tmp_path), "SYSHAX_DECIDER__CPU_MAX_BATCH_SIZE": "-5"}
+    with pytest.raises(ConfigError) as err:
+        load_config(None, env=env, locations=())
+    assert str(err.value) == (
+        "environment variable SYSHAX_DECIDER__CPU_MAX_BATCH_SIZE: decider.cpu_max_batch_size: "
+        "invalid value -5; allowed: an integer from 0 to 4096"
+    )

@@ -261,6 +261,15 @@ def test_overrides_file_is_ignored_when_asked(tmp_path: Path, env: dict[str, str
     assert loaded.config.decider.cpu_max_batch_size == Config().decider.cpu_max_batch_size
 
 
+def test_overrides_file_with_empty_sections_changes_nothing(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    write(tmp_path / "state" / "overrides.yaml", "# nothing saved yet\ndecider:\nmonitor: {}\n")
+    loaded = load_config(None, env=env, locations=())
+    assert loaded.config == Config()
+    assert loaded.sources == {}
+
+
 def test_overrides_file_lives_in_the_configured_state_dir(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
