@@ -65,12 +65,13 @@ def client_socket_candidates(config: Config | None = None, env: Mapping[str, str
     env = os.environ if env is None else env
     if config is not None and config.control.socket is not None:
         return [Path(config.control.socket)]
+    # The system daemon first, then the user's own (the console looks in the same order).
     found: list[Path] = []
     if env.get("RUNTIME_DIRECTORY"):
         found.append(Path(env["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME)
+    found.append(SYSTEM_SOCKET)
     if os.geteuid() != 0 and env.get("XDG_RUNTIME_DIR"):
         found.append(Path(env["XDG_RUNTIME_DIR"]) / "syshax" / SOCKET_NAME)
-    found.append(SYSTEM_SOCKET)
     if os.geteuid() != 0 and not env.get("XDG_RUNTIME_DIR"):
         found.append(Path(f"/tmp/syshax-{os.geteuid()}") / SOCKET_NAME)
     return list(dict.fromkeys(found))

@@ -1,0 +1,247 @@
+"""``syshax status|set|save|reload|drain|enable|disable``: talk to the running daemon's control socket."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import ValidationError
+from rich.console import Console
+
+from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
+from syshaxd.cli._status import render_state
+from syshaxd.config import ConfigError, parse_scalar
+from syshaxd.control_server import client_socket_candidates
+from syshaxd.schema import ConfigChangeModel, StateModel
+
+TIMEOUT = 10.0
+
+
+class ControlClient:
+    """A synchronous client of the control API on one socket; errors become CommandError."""
+
+    def __init__(self, path: Path, looked: list[Path]) -> None:
+        """Talk to the daemon at ``path`` (``looked`` lists where we searched, for messages)."""
+        self.path = path
+        self.looked = looked
+        self._http = httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(path)), base_url="http://syshaxd", timeout=TIMEOUT
+        )
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def request(self, method: str, url: str, body: Any = None) -> Any:
+        """One request; the JSON answer, or CommandError/UsageError with the daemon's reason."""
+        self._preflight()
+        try:
+            resp = self._http.request(method, url, json=body)
+        except httpx.TransportError as exc:
+            raise CommandError(self._unreachable(exc)) from None
+        try:
+            data = resp.json()
+        except ValueError:
+            data = {"error": resp.text.strip() or resp.reason_phrase}
+        if resp.status_code >= 400:
+            message = data.get("error") if isinstance(data, dict) else None
+            key = data.get("key") if isinstance(data, dict) else None
+            text = f"{key}: {message}" if key and key != "(body)" else str(message or resp.reason_phrase)
+            if resp.status_code == 422:
+                raise UsageError(text)
+            if resp.status_code == 403:
+                raise CommandError(f"not allowed: {text}")
+            raise CommandError(f"the daemon answered {resp.status_code}: {text}")
+        return data
+
+    def _preflight(self) -> None:
+        # httpcore leaks its socket when connect() fails (a ResourceWarning): find out
+        # with our own socket first, and say why in the operator's terms.
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.settimeout(TIMEOUT)
+            probe.connect(str(self.path))
+        except OSError as exc:
+            raise CommandError(self._unreachable(exc)) from None
+        finally:
+            probe.close()
+
+    def _unreachable(self, exc: Exception) -> str:
+        cause = exc if isinstance(exc, OSError) else (exc.__cause__ or exc.__context__ or exc)
+        where = ", ".join(str(p) for p in self.looked)
+        if isinstance(cause, FileNotFoundError) or not self.path.exists():
+            return f"syshaxd is not running: no control socket at {where} (start it, or give --socket PATH)"
+        if isinstance(cause, PermissionError):
+            return (
+                f"permission denied on {self.path}: reading needs membership in the daemon's "
+                f"control group (control.group); you are uid {os.geteuid()}"
+            )
+        if isinstance(cause, ConnectionRefusedError):
+            return f"syshaxd is not running: nothing listens on {self.path} (a stale socket from a daemon that died?)"
+        return f"cannot talk to syshaxd at {self.path}: {exc}"
+
+
+def connect(args: argparse.Namespace) -> ControlClient:
+    """A client for ``--socket``, else the config's socket, else the first default that exists."""
+    if args.socket:
+        path = Path(args.socket)
+        return ControlClient(path, [path])
+    try:
+        config = load(args).config
+    except ConfigError:
+        if getattr(args, "config", None):
+            raise
+        config = None  # a broken default config is no reason not to find the daemon
+    candidates = client_socket_candidates(config)
+    chosen = next((p for p in candidates if p.exists()), candidates[0])
+    return ControlClient(chosen, candidates)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    add_config_arg(p)
+    p.add_argument("--socket", metavar="PATH", help="control socket (else control.socket, else the default locations)")
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the commands that talk to the running daemon."""
+    p = sub.add_parser("status", help="print the running daemon's state once (--json for scripts)")
+    _add_common(p)
+    p.add_argument("--json", action="store_true", help="print the raw state as JSON")
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser(
+        "set",
+        help="change runtime keys of the running daemon (all or nothing)",
+        description="Change runtime keys of the running daemon, e.g. `syshax set decider.cpu_max_batch_size 24`. "
+        "Several KEY VALUE pairs are applied together or not at all. Values are read like YAML "
+        "(24, 0.5, true, null). The change is lost on restart unless you run `syshax save`.",
+    )
+    _add_common(p)
+    p.add_argument("pairs", nargs="+", metavar="KEY VALUE", help="dotted key and its new value")
+    p.set_defaults(func=cmd_set)
+
+    p = sub.add_parser("save", help="persist the running runtime values to the daemon's overrides file")
+    _add_common(p)
+    p.set_defaults(func=cmd_save)
+
+    p = sub.add_parser("reload", help="make the daemon reread its config files (as SIGHUP does)")
+    _add_common(p)
+    p.set_defaults(func=cmd_reload)
+
+    for name, helptext in (
+        ("drain", "let ENGINE finish what it runs but send it nothing new"),
+        ("enable", "route to ENGINE again (clears draining)"),
+        ("disable", "stop routing to ENGINE"),
+    ):
+        p = sub.add_parser(name, help=helptext)
+        _add_common(p)
+        p.add_argument("engine", metavar="ENGINE", help="engine name as `syshax status` shows it")
+        p.set_defaults(func=cmd_engine, action=name)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Print the state once."""
+    client = connect(args)
+    try:
+        data = client.request("GET", "/v1/state")
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(data, indent=2))
+        return 0
+    try:
+        state = StateModel.model_validate(data)
+    except ValidationError as exc:
+        raise CommandError(f"the daemon sent a state this syshax cannot read: {exc.errors()[0]['msg']}") from None
+    Console().print(*render_state(state, client.path))
+    return 0
+
+
+def _patch(args: argparse.Namespace, body: dict[str, Any]) -> ConfigChangeModel:
+    client = connect(args)
+    try:
+        return ConfigChangeModel.model_validate(client.request("PATCH", "/v1/config", body))
+    finally:
+        client.close()
+
+
+def cmd_set(args: argparse.Namespace) -> int:
+    """PATCH the given keys."""
+    pairs: list[str] = args.pairs
+    if len(pairs) % 2:
+        raise UsageError(f"expected KEY VALUE pairs; {pairs[-1]!r} has no value")
+    body = {pairs[i]: parse_scalar(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    change = _patch(args, body)
+    _print_change(change)
+    if change.changed or change.engines:
+        print("not saved yet: `syshax save` keeps the running values across restarts")
+    return 0
+
+
+def cmd_engine(args: argparse.Namespace) -> int:
+    """drain / enable / disable one engine."""
+    key = f"engines.{args.engine}"
+    body = {
+        "drain": {f"{key}.draining": True},
+        "enable": {f"{key}.enabled": True, f"{key}.draining": False},
+        "disable": {f"{key}.enabled": False},
+    }[args.action]
+    change = _patch(args, body)
+    flags = change.engines.get(args.engine, {})
+    print(f"{args.engine}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
+    return 0
+
+
+def cmd_save(args: argparse.Namespace) -> int:
+    """POST /v1/config/save."""
+    client = connect(args)
+    try:
+        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/config/save"))
+    finally:
+        client.close()
+    if change.changed:
+        print(f"saved {len(change.changed)} runtime value(s) to {change.path}:")
+        for key, value in sorted(change.changed.items()):
+            print(f"  {key} = {_show(value)}")
+    else:
+        print(f"nothing differs from the config file; {change.path} now holds no overrides")
+    return 0
+
+
+def cmd_reload(args: argparse.Namespace) -> int:
+    """POST /v1/reload."""
+    client = connect(args)
+    try:
+        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/reload"))
+    finally:
+        client.close()
+    _print_change(change)
+    if change.needs_restart:
+        print("changed in the file but only applied on restart: " + ", ".join(change.needs_restart))
+    return 0
+
+
+def _print_change(change: ConfigChangeModel) -> None:
+    if not change.changed and not change.engines:
+        print("no change: the daemon already runs with these values")
+    for key, value in sorted(change.changed.items()):
+        print(f"{key} = {_show(value)}")
+    for name, flags in sorted(change.engines.items()):
+        print(f"{name}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _yn(value: bool | None) -> str:
+    return "?" if value is None else ("yes" if value else "no")
