@@ -108,6 +108,14 @@ def _completion_prompt_tokens(prompt: Any) -> int:
     raise _bad("'prompt' must be a string, a one-element array of strings, or an array of token ids", "prompt")
 
 
+def _dump(body: dict[str, Any]) -> bytes:
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate ("\\ud800" is legal JSON) has no UTF-8 form: keep it escaped as sent.
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
 def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
 
@@ -169,7 +177,7 @@ def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
     if num_decode is not None and (isinstance(num_decode, bool) or not isinstance(num_decode, int)):
         raise _bad("'num_decode_tokens' must be an integer", "num_decode_tokens")
 
-    out = json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode() if changed else raw
+    out = _dump(body) if changed else raw
     return ParsedRequest(
         kind=kind,
         body=body,
