@@ -103,6 +103,17 @@ async def _read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def _check_content_type(request: Request) -> None:
+    # As vLLM does (415), but a missing Content-Type is let through: `curl -d` clients exist.
+    declared = request.headers.get("content-type")
+    if declared is None:
+        return
+    media = declared.split(";", 1)[0].strip().lower()
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(415, f"unsupported Content-Type {declared[:80]!r}: send the body as application/json",
+                       code="unsupported_media_type")
+
+
 async def _wait_disconnect(request: Request) -> None:
     while True:
         message = await request.receive()
@@ -152,6 +163,7 @@ def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
         return await call_next(request)
 
     async def serve(request: Request, kind: Kind, forced: Mode | None = None) -> Response:
+        _check_content_type(request)
         raw = await _read_body(request, service.max_body_bytes)
         parsed = parse_request(raw, kind, config)
         work = asyncio.ensure_future(conductor.dispatcher.serve(parsed, forced))
