@@ -1,0 +1,36 @@
+"""Scheduling policies: pure functions ``(Snapshot, RequestFeatures, Limits) -> Decision``.
+
+``get_policy(name)`` builds the policy for a config name (``syshaxd.config.PolicyName``).
+``pick_engine`` and ``cpu_token_limit`` are shared with the conductor.
+"""
+
+from __future__ import annotations
+
+from syshaxd.policy.adaptive import adaptive
+from syshaxd.policy.base import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.policy.baselines import RoundRobin, cpu_only, gpu_only
+from syshaxd.policy.classic import classic
+from syshaxd.policy.common import cpu_token_limit, pick_engine
+
+POLICY_NAMES: tuple[str, ...] = ("classic", "adaptive", "gpu-only", "cpu-only", "round-robin")
+
+
+def get_policy(name: str) -> Policy:
+    """The policy of a config name; ``round-robin`` gets a fresh instance (it keeps a turn).
+
+    Raises:
+        KeyError: unknown name, with the known names in the message.
+    """
+    fixed: dict[str, Policy] = {"classic": classic, "adaptive": adaptive, "gpu-only": gpu_only, "cpu-only": cpu_only}
+    if name == "round-robin":
+        return RoundRobin()
+    try:
+        return fixed[name]
+    except KeyError:
+        raise KeyError(f"unknown policy {name!r}; known: {', '.join(POLICY_NAMES)}") from None
+
+
+__all__ = [
+    "POLICY_NAMES", "Decision", "Limits", "Mode", "Policy", "RequestFeatures", "RoundRobin",
+    "adaptive", "classic", "cpu_only", "cpu_token_limit", "get_policy", "gpu_only", "pick_engine",
+]  # fmt: skip

@@ -10,7 +10,7 @@ import enum
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from syshaxd.config import Decider
+from syshaxd.config import Decider, Handoff
 from syshaxd.snapshot import Device, Snapshot
 
 
@@ -49,11 +49,15 @@ class Limits:
     auto_pd_offload: bool = False
     ttft_target: float = 5.0  # seconds
     tpot_target: float = 0.2  # seconds
+    # How a pd_split hands the request over (services.*.handoff): with "recompute" the CPU
+    # pays its own prefill of the prompt, which the adaptive policy must count.
+    handoff: Handoff = "recompute"
 
     @classmethod
-    def from_decider(cls, decider: Decider) -> Limits:
-        """Build limits from the config's ``decider`` section."""
+    def from_decider(cls, decider: Decider, handoff: Handoff = "recompute") -> Limits:
+        """Build limits from the config's ``decider`` section (and the services' handoff)."""
         return cls(
+            handoff=handoff,
             max_num_seqs=decider.max_num_seqs,
             gpu_max_batch_size=decider.gpu_max_batch_size,
             cpu_max_batch_size=decider.cpu_max_batch_size,

@@ -1,0 +1,221 @@
+"""``adaptive``: estimate every option's latency and pick the one that meets the targets best.
+
+For a request of P prompt tokens and N output tokens, three options are estimated from
+live rates, the conductor's in-flight accounting and the defaults in
+:mod:`syshaxd.policy.estimates`:
+
+- ``gpu`` — wait for the GPU (its queue, or the prompts scheduled before this one),
+  prefill at GPU speed, decode at the GPU's TPOT for the batch it joins.
+- ``cpu`` — only for short prompts (CPU prefill is ~100x slower), only while the CPU's
+  TPOT with one more request stays within the target and the whole decode stays within
+  a budget (a long answer at CPU speed takes minutes).
+- ``pd_split`` — GPU prefill, CPU decode; with the ``recompute`` handoff the CPU also
+  prefills the prompt again, so only short prompts qualify.
+
+Each option's SLO cost is ``max(ttft / ttft_target, tpot / tpot_target)`` (<= 1 meets
+both targets). The GPU is the default; the request leaves it only for an option that
+meets both targets *and* costs less by a margin — a stateless hysteresis, so decisions do
+not flap when the estimates are close. Without a usable GPU the CPU serves what it can.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
+from syshaxd.policy.common import busy, pick_engine
+from syshaxd.policy.estimates import (
+    CPU_DEFAULTS,
+    DEFAULT_TUNING,
+    GPU_DEFAULTS,
+    DeviceModel,
+    Tuning,
+    device_model,
+    queued_prompt_tokens,
+    slot_wait,
+)
+from syshaxd.snapshot import Device, Snapshot
+
+
+@dataclass(frozen=True)
+class Option:
+    """One way to run the request, with its estimated latencies (seconds)."""
+
+    name: str  # "gpu", "cpu" or "pd_split"
+    ttft: float
+    tpot: float  # mean time per output token after the first
+    e2e: float
+    note: str = ""  # what drives the estimate, e.g. "queue 12"
+
+    def cost(self, limits: Limits) -> float:
+        """SLO cost: the worse of TTFT and TPOT relative to their targets."""
+        return max(self.ttft / limits.ttft_target, self.tpot / limits.tpot_target)
+
+    def meets(self, limits: Limits) -> bool:
+        """Whether both targets are met."""
+        return self.ttft <= limits.ttft_target and self.tpot <= limits.tpot_target
+
+    def summary(self) -> str:
+        """``ttft 0.4s tpot 35ms e2e 12s`` (and the note)."""
+        text = f"ttft {secs(self.ttft)} tpot {self.tpot * 1000:.0f}ms e2e {secs(self.e2e)}"
+        return f"{text} ({self.note})" if self.note else text
+
+
+@dataclass(frozen=True)
+class Options:
+    """Every option for a request: estimates where possible, else why not."""
+
+    estimates: dict[str, Option]
+    unavailable: dict[str, str]
+    gpu_engine: str | None
+    cpu_engine: str | None
+    #: CPU whole without the length and budget rules (used only when no GPU is usable).
+    cpu_anyway: Option | None = None
+
+
+def secs(value: float) -> str:
+    """Seconds as reasons print them: 0.42s, 3.5s, 95s."""
+    if value < 1:
+        return f"{value:.2f}s"
+    return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
+
+
+def estimate_options(
+    snapshot: Snapshot, request: RequestFeatures, limits: Limits, tuning: Tuning = DEFAULT_TUNING
+) -> Options:
+    """Estimate the gpu, cpu and pd_split options of a request (pure; used by tests and benches)."""
+    prompt = max(0, request.prompt_tokens)
+    out = max(1, request.max_tokens - request.generated_tokens)
+    est: dict[str, Option] = {}
+    why: dict[str, str] = {}
+
+    gpu = pick_engine(snapshot, "gpu")
+    gpu_part = g_tpot = 0.0
+    if gpu is None:
+        why["gpu"] = why["pd_split"] = "no usable GPU engine"
+    else:
+        gm = device_model(gpu, GPU_DEFAULTS, tuning)
+        load = busy(gpu)
+        kv = gpu.metrics.kv_cache_usage
+        engine_full = gpu.waiting > 0 or (kv is not None and kv * 100.0 >= limits.gpu_cache_threshold)
+        ahead = max(gpu.waiting, gpu.scheduled)
+        wait = gm.prefill(queued_prompt_tokens(gpu, ahead, tuning))
+        note = f"{load} running+scheduled"
+        if engine_full:
+            wait = max(wait, slot_wait(gpu, gm, ahead, tuning))
+            note = f"queue {ahead}"
+        g_tpot = gm.tpot(gpu.running if engine_full else load + 1)
+        gpu_part = wait + gm.prefill(prompt)
+        cap = limits.gpu_max_batch_size
+        if cap is not None and load >= cap:
+            why["gpu"] = f"gpu at batch limit {cap}"
+        else:
+            ttft = gpu_part + g_tpot
+            est["gpu"] = Option("gpu", ttft, g_tpot, ttft + (out - 1) * g_tpot, note)
+
+    cpu = pick_engine(snapshot, "cpu")
+    if cpu is None:
+        why["cpu"] = "no usable CPU engine"
+        why.setdefault("pd_split", "no usable CPU engine")
+        return Options(est, why, gpu.name if gpu else None, None)
+
+    cm = device_model(cpu, CPU_DEFAULTS, tuning)
+    c_load = busy(cpu)
+    c_tpot = cm.tpot(c_load + 1)
+    if c_load >= limits.cpu_max_batch_size:
+        why["cpu"] = f"cpu at batch limit {limits.cpu_max_batch_size}"
+    elif cpu.waiting > 0:
+        why["cpu"] = f"cpu has {cpu.waiting} waiting"
+    if "cpu" in why:
+        why.setdefault("pd_split", why["cpu"])
+        return Options(est, why, gpu.name if gpu else None, cpu.name)
+
+    whole_ttft = cm.prefill(cpu.scheduled_prompt_tokens) + cm.prefill(prompt) + c_tpot
+    anyway = Option("cpu", whole_ttft, c_tpot, whole_ttft + (out - 1) * c_tpot)
+    decode = (out - 1) * c_tpot
+    if decode > tuning.cpu_decode_budget_s:
+        why["cpu"] = f"cpu decode of {out} tokens would take {secs(decode)}"
+        why.setdefault("pd_split", why["cpu"])
+    else:
+        if limits.auto_pd_offload:
+            why["cpu"] = "auto_pd_offload: the cpu does not prefill"
+        elif prompt > tuning.cpu_prefill_max_tokens:
+            why["cpu"] = f"prompt of {prompt} tokens is too long to prefill on the cpu"
+        else:
+            est["cpu"] = anyway
+        if gpu is not None:
+            _split(est, why, prompt, out, gpu_part, g_tpot, c_tpot, cm, limits, tuning)
+    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway)
+
+
+def _split(
+    est: dict[str, Option], why: dict[str, str], prompt: int, out: int, gpu_part: float,
+    g_tpot: float, c_tpot: float, cpu: DeviceModel, limits: Limits, tuning: Tuning,
+) -> None:
+    """Estimate GPU prefill + CPU decode, counting what the handoff costs the CPU."""
+    if out < 2:
+        why["pd_split"] = "one output token: nothing to decode on the cpu"
+        return
+    if limits.handoff == "recompute":
+        if prompt > tuning.cpu_prefill_max_tokens:
+            why["pd_split"] = f"recompute handoff would prefill {prompt} tokens on the cpu"
+            return
+        stall = cpu.prefill(prompt + 1)
+    else:
+        stall = tuning.handoff_s
+    if limits.handoff in ("syshax", "recompute"):
+        ttft = gpu_part + g_tpot  # the GPU produces the first token
+    else:
+        ttft = gpu_part + tuning.handoff_s + c_tpot
+    decode = (out - 1) * c_tpot + stall
+    est["pd_split"] = Option("pd_split", ttft, decode / (out - 1), ttft + decode)
+
+
+def _decision(option: Option, engine: str | None, reason: str) -> Decision:
+    device: Device = "gpu" if option.name == "gpu" else "cpu"
+    mode = Mode.PD_SPLIT if option.name == "pd_split" else Mode.WHOLE
+    return Decision(device, mode, None, reason, engine=engine, est_ttft=option.ttft, est_e2e=option.e2e)
+
+
+def decide(
+    snapshot: Snapshot, request: RequestFeatures, limits: Limits, tuning: Tuning = DEFAULT_TUNING
+) -> Decision:
+    """The adaptive decision, with the tuning made explicit (see the module docstring)."""
+    opts = estimate_options(snapshot, request, limits, tuning)
+    est, why = opts.estimates, opts.unavailable
+
+    if request.has_num_decode_tokens and opts.cpu_engine is not None:
+        return Decision("cpu", Mode.WHOLE, None, "cpu: a continuation stays on the cpu", engine=opts.cpu_engine)
+    if request.forced_mode is Mode.PD_SPLIT:
+        split = est.get("pd_split")
+        if split is None:
+            return Decision(None, Mode.PD_SPLIT, None, f"no capacity: pd_split requested; {why['pd_split']}")
+        return _decision(split, opts.cpu_engine, f"pd_split requested: est {split.summary()}")
+
+    gpu = est.get("gpu")
+    feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
+    best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
+    if gpu is not None:
+        if best is not None and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin):
+            return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; gpu would be {gpu.summary()}")
+        return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {_alternative(opts, limits)}")
+    if best is not None:
+        return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why['gpu']}")
+    if opts.gpu_engine is None and opts.cpu_anyway is not None:
+        # No usable GPU at all: the CPU serves what it can rather than let requests time out.
+        return _decision(opts.cpu_anyway, opts.cpu_engine, f"cpu: no usable GPU engine; est {opts.cpu_anyway.summary()}")
+    return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")
+
+
+def _alternative(opts: Options, limits: Limits) -> str:
+    """The best alternative to the GPU, or why there is none, for the reason line."""
+    alts = [o for o in (opts.estimates.get("cpu"), opts.estimates.get("pd_split")) if o is not None]
+    if alts:
+        alt = min(alts, key=lambda o: o.cost(limits))
+        return f"{alt.name} would be {alt.summary()}"
+    return f"cpu not an option: {opts.unavailable.get('cpu', 'unknown')}"
+
+
+def adaptive(snapshot: Snapshot, request: RequestFeatures, limits: Limits) -> Decision:
+    """Pick the option whose estimated TTFT/TPOT meets the targets best (module docstring)."""
+    return decide(snapshot, request, limits, DEFAULT_TUNING)

@@ -1,0 +1,129 @@
+"""Time estimates for the adaptive policy: how long a request would wait, prefill and decode.
+
+Everything here is arithmetic on a snapshot: live rates when the engine reports them, the
+conductor's own in-flight accounting, and otherwise the defaults below.
+
+Defaults (used until an engine reports its own rates), from
+``shared/calibration/README.md`` (DeepSeek-R1-Distill-Qwen-32B):
+
+=============================  =========  =========  ====================================
+quantity                       GPU        CPU        source
+=============================  =========  =========  ====================================
+prefill, prompt tokens/s       6000       30         GPU: TP2 A100 1K tokens ~0.16 s; CPU:
+                                                     15-50 tok/s estimate (Kunpeng 920)
+time per output token, B=1     0.029 s    0.10 s     GPU: measured 29.2 ms; CPU: q4_0
+                                                     8-12 tok/s estimate
+growth of TPOT per extra       1.2 %      33 %       GPU: 35 ms + 0.33 ms x B fit; CPU:
+request in the batch                                 batching raises throughput 2-4x
+=============================  =========  =========  ====================================
+
+TPOT at batch B is ``tpot1 * (1 + growth * (B - 1))``. A live TPOT (``tpot_recent``, or
+``running / decode_tps``) measured at the engine's current batch is turned back into
+``tpot1`` with the same formula, so the estimate follows the real engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from syshaxd.snapshot import EngineView
+
+
+@dataclass(frozen=True)
+class DeviceDefaults:
+    """What a device does before its engine has reported anything."""
+
+    prefill_tps: float  # prompt tokens/s of one prefill
+    tpot1: float  # seconds per output token with nothing else running
+    growth: float  # relative TPOT increase per extra request in the batch
+
+
+GPU_DEFAULTS = DeviceDefaults(prefill_tps=6000.0, tpot1=0.029, growth=0.012)
+CPU_DEFAULTS = DeviceDefaults(prefill_tps=30.0, tpot1=0.10, growth=0.33)
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The adaptive policy's knobs that are not operator settings."""
+
+    #: Remaining output tokens of a running request, when the conductor does not say.
+    remaining_tokens: float = 200.0
+    #: Prompt tokens of a queued request, when the conductor does not say.
+    prompt_tokens: float = 1000.0
+    #: A prompt longer than this never prefills on the CPU (~100x slower than the GPU).
+    cpu_prefill_max_tokens: int = 256
+    #: A CPU decode expected to take longer than this is not offered: a reasoning model's
+    #: thousands of tokens at CPU speed take many minutes.
+    cpu_decode_budget_s: float = 180.0
+    #: Leave the GPU only for an option whose SLO cost is lower by this fraction.
+    margin: float = 0.2
+    #: Seconds to hand KV over between engines (2K tokens fp16 ~20 ms over PCIe).
+    handoff_s: float = 0.05
+    #: A live rate may not move the estimate further than this factor from the default.
+    max_deviation: float = 100.0
+
+
+DEFAULT_TUNING = Tuning()
+
+
+@dataclass(frozen=True)
+class DeviceModel:
+    """One engine's speeds as adaptive believes them now."""
+
+    prefill_tps: float
+    tpot1: float
+    growth: float
+    live: bool  # tpot1 comes from the engine's own numbers
+
+    def tpot(self, batch: int) -> float:
+        """Seconds per output token with ``batch`` requests decoding together."""
+        return self.tpot1 * (1.0 + self.growth * (max(1, batch) - 1))
+
+    def prefill(self, tokens: float) -> float:
+        """Seconds to prefill ``tokens`` prompt tokens."""
+        return max(0.0, tokens) / self.prefill_tps
+
+
+def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DEFAULT_TUNING) -> DeviceModel:
+    """Speeds of one engine: live numbers when it reports them, else the defaults."""
+    m = view.metrics
+    # An observed prefill rate is demand, not capacity: it can only show the device is faster.
+    prefill = max(defaults.prefill_tps, m.prefill_tps or 0.0)
+    observed: float | None = None
+    batch = max(1, m.running or 0)
+    if m.tpot_recent is not None and m.tpot_recent > 0:
+        observed = m.tpot_recent
+    elif m.decode_tps and m.decode_tps > 0 and m.running:
+        observed = m.running / m.decode_tps
+    if observed is None:
+        return DeviceModel(prefill, defaults.tpot1, defaults.growth, live=False)
+    tpot1 = observed / (1.0 + defaults.growth * (batch - 1))
+    low, high = defaults.tpot1 / tuning.max_deviation, defaults.tpot1 * tuning.max_deviation
+    return DeviceModel(prefill, min(high, max(low, tpot1)), defaults.growth, live=True)
+
+
+def remaining_tokens(view: EngineView, tuning: Tuning = DEFAULT_TUNING) -> float:
+    """Mean output tokens the requests on an engine still have to generate."""
+    if view.inflight > 0 and view.inflight_decode_tokens > 0:
+        return view.inflight_decode_tokens / view.inflight
+    return tuning.remaining_tokens
+
+
+def queued_prompt_tokens(view: EngineView, ahead: int, tuning: Tuning = DEFAULT_TUNING) -> float:
+    """Prompt tokens the engine must prefill before a new request's own prompt."""
+    if view.scheduled_prompt_tokens > 0:
+        return float(view.scheduled_prompt_tokens)
+    return ahead * tuning.prompt_tokens
+
+
+def slot_wait(view: EngineView, model: DeviceModel, ahead: int, tuning: Tuning = DEFAULT_TUNING) -> float:
+    """Seconds until a full engine has freed a place for a request behind ``ahead`` others.
+
+    The running requests finish at about ``running / (remaining tokens x TPOT)`` per
+    second; a measured finish rate is used when the conductor gives no token counts.
+    """
+    running = max(1, view.running)
+    if view.inflight_decode_tokens <= 0 and view.metrics.finish_rate and view.metrics.finish_rate > 0:
+        return (ahead + 1) / view.metrics.finish_rate
+    per_departure = remaining_tokens(view, tuning) * model.tpot(running) / running
+    return (ahead + 1) * per_departure
