@@ -33,6 +33,15 @@ def _strip_elisions(text: str) -> str:
     return "\n".join(line for line in text.splitlines() if line.strip() != "...") + "\n"
 
 
+def _sum(values: Iterable[float]) -> float:
+    """Exact sum of finite values; a sum beyond the float range is infinite (then rejected)."""
+    items = list(values)
+    try:
+        return math.fsum(items)
+    except OverflowError:  # fsum raises where plain addition would give +-inf
+        return sum(items)
+
+
 def _describe(exc: Exception) -> str:
     text = str(exc).strip().replace("\n", " ")
     if len(text) > 120:
@@ -97,12 +106,12 @@ class MetricSet:
     def total(self, name: str, collapse: Collection[str] = ()) -> float | None:
         """Sum over all series of ``name``; series that differ only in ``collapse`` count once."""
         groups = self._groups(name, collapse)
-        return math.fsum(groups.values()) if groups else None
+        return _sum(groups.values()) if groups else None
 
     def mean(self, name: str, collapse: Collection[str] = ()) -> float | None:
         """Mean over the series of ``name`` (for fractions such as KV-cache usage)."""
         groups = self._groups(name, collapse)
-        return math.fsum(groups.values()) / len(groups) if groups else None
+        return _sum(groups.values()) / len(groups) if groups else None
 
     def histogram(self, base: str, collapse: Collection[str] = ()) -> HistogramData | None:
         """The histogram ``base`` summed over its series, or None when it has no buckets.
@@ -123,7 +132,7 @@ class MetricSet:
             slot[key] = max(slot.get(key, -math.inf), sample.value)
         if not per_le:
             return None
-        buckets = [(bound, math.fsum(series.values())) for bound, series in sorted(per_le.items())]
+        buckets = [(bound, _sum(series.values())) for bound, series in sorted(per_le.items())]
         count = self.total(f"{base}_count", collapse)
         if count is None:
             count = buckets[-1][1]

@@ -236,9 +236,6 @@ def test_rates_from_resetting_and_stalling_counters_are_finite_and_not_negative(
             assert rate is None or (math.isfinite(rate) and rate >= 0), rate
 
 
-@pytest.mark.xfail(strict=True, raises=OverflowError,
-                   reason="promtext.MetricSet.total: math.fsum overflows on series near float max "
-                          "(reported to the engines/monitor owner; remove this mark once fixed)")
 @pytest.mark.parametrize("dialect", ["vllm-v1", "vllm-v0", "sglang", "llamacpp"])
 def test_series_near_float_max_do_not_overflow_the_sum(dialect: str) -> None:
     names = {"vllm-v1": "vllm:num_requests_running", "vllm-v0": "vllm:num_requests_running",
