@@ -109,6 +109,7 @@ class Counters:
     finished: dict[str, int] = field(default_factory=dict)
     max_seq_tokens: int = 0
     handoff_imports: int = 0
+    cached_prompt_tokens: int = 0  # context tokens whose KV arrived instead of being prefilled
 
 
 class EngineCore:
@@ -316,6 +317,7 @@ class EngineCore:
                 seq.imported = True
                 seq.num_computed = seq.req.kv_ready_tokens
                 self.counters.handoff_imports += 1
+                self.counters.cached_prompt_tokens += seq.req.kv_ready_tokens
                 if seq.first_scheduled is None:
                     seq.first_scheduled = self.now
                 if seq.req.kv_delay > 0:

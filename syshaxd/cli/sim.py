@@ -1,0 +1,191 @@
+"""``syshax sim``: run simulated engines (one, or a GPU + CPU pair) and list profiles.
+
+Also reachable as ``python -m syshaxd.sim`` (what the launch helpers start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from syshaxd.cli._common import CommandError, UsageError
+
+if TYPE_CHECKING:
+    from syshaxd.sim.server import EngineOptions
+
+DIALECTS = ("vllm-v1", "vllm-v0", "llamacpp", "sglang")
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a port number: {text!r}") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"port must be 0-65535 (0 = any free port), got {value}")
+    return value
+
+
+def _common_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
+    p.add_argument("--speed", type=_positive_float, default=1.0, metavar="S",
+                   help="time scale: 20 runs 20 times faster than real time (default 1)")
+    p.add_argument("--served-model-name", default="ds-32b", metavar="M", help="model name clients use (default ds-32b)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the fault dice (default 0)")
+    p.add_argument("--slot-save-path", type=Path, metavar="DIR", help="llama.cpp dialect: where slot files go")
+    p.add_argument("--ready-file", type=Path, metavar="PATH",
+                   help="write the bound ports as JSON here once listening (for launchers)")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"],
+                   help="uvicorn log level (default warning)")
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The options of ``sim`` (one engine) and its ``pair`` / ``profiles`` subcommands."""
+    p.add_argument("--profile", default="gpu-a100", metavar="P",
+                   help="device profile name or YAML path (default gpu-a100; see `sim profiles`)")
+    p.add_argument("--port", type=_port, default=8001, help="port (default 8001; 0 = any free port)")
+    p.add_argument("--dialect", choices=DIALECTS, default="vllm-v1", help="/metrics dialect (default vllm-v1)")
+    p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
+                   help="start with a fault on, e.g. metrics=hang or error_rate=0.5 (repeatable)")
+    p.add_argument("--parallel", "-np", type=int, metavar="N", help="sequences at once (llama.cpp slots); default: the profile's")
+    p.add_argument("--name", default="sim", help="engine name in logs and /sim/stats (default sim)")
+    _common_args(p)
+    p.set_defaults(func=cmd_sim)
+    sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
+    pair = sub.add_parser("pair", help="a GPU and a CPU engine in one process, sharing handed-off KV caches")
+    pair.add_argument("--gpu-port", type=_port, default=8001, help="GPU engine port (default 8001)")
+    pair.add_argument("--cpu-port", type=_port, default=8002, help="CPU engine port (default 8002)")
+    pair.add_argument("--gpu-profile", default="gpu-a100", metavar="P", help="default gpu-a100")
+    pair.add_argument("--cpu-profile", default="cpu-kunpeng920-q4", metavar="P", help="default cpu-kunpeng920-q4")
+    pair.add_argument("--gpu-dialect", choices=DIALECTS, default="vllm-v1")
+    pair.add_argument("--cpu-dialect", choices=DIALECTS, default="vllm-v1")
+    pair.add_argument("--gpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the GPU engine")
+    pair.add_argument("--cpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the CPU engine")
+    _common_args(pair)
+    pair.set_defaults(func=cmd_pair)
+    profiles = sub.add_parser("profiles", help="list the shipped device profiles and their headline numbers")
+    profiles.set_defaults(func=cmd_profiles)
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``syshax sim``."""
+    p = sub.add_parser(
+        "sim",
+        help="run simulated inference engines (no GPU or model needed)",
+        description="Run an engine simulator that speaks vLLM's OpenAI API and a chosen /metrics dialect, "
+        "with timing from a calibrated device profile.",
+    )
+    add_arguments(p)
+
+
+def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, faults: list[str],
+            parallel: int | None = None) -> EngineOptions:
+    from syshaxd.sim.faults import FaultError, parse_assignments
+    from syshaxd.sim.profile import ProfileError, load_profile
+    from syshaxd.sim.server import EngineOptions
+
+    try:
+        prof = load_profile(profile)
+        fault_set = parse_assignments(faults)
+    except (ProfileError, FaultError) as exc:
+        raise UsageError(str(exc)) from None
+    if parallel is not None and parallel < 1:
+        raise UsageError(f"--parallel must be at least 1, got {parallel}")
+    if args.slot_save_path is not None and not args.slot_save_path.is_dir():
+        raise UsageError(f"--slot-save-path {args.slot_save_path} is not a directory")
+    return EngineOptions(profile=prof, name=name, dialect=dialect, served_model_name=args.served_model_name,
+                         speed=args.speed, faults=fault_set, seed=args.seed, slot_save_path=args.slot_save_path,
+                         parallel=parallel, host=args.host)
+
+
+def _run(args: argparse.Namespace, specs: list[tuple[EngineOptions, int]]) -> int:
+    from syshaxd.sim.handoff import KvStore
+    from syshaxd.sim.serve import bind, serve
+    from syshaxd.sim.server import SimEngine
+
+    store = KvStore()
+    sockets = []
+    try:
+        for _, port in specs:
+            sockets.append(bind(args.host, port))
+    except OSError as exc:
+        for s in sockets:
+            s.close()
+        raise CommandError(str(exc)) from None
+
+    async def main() -> None:
+        engines = [SimEngine(opts, store) for opts, _ in specs]
+        await serve(engines, sockets, ready_file=args.ready_file, log_level=args.log_level)
+
+    asyncio.run(main())
+    return 0
+
+
+def cmd_sim(args: argparse.Namespace) -> int:
+    """Run one simulated engine."""
+    opts = _engine(args, name=args.name, profile=args.profile, dialect=args.dialect, faults=args.fault,
+                   parallel=args.parallel)
+    return _run(args, [(opts, args.port)])
+
+
+def cmd_pair(args: argparse.Namespace) -> int:
+    """Run a GPU and a CPU engine sharing handed-off KV."""
+    if args.gpu_port == args.cpu_port and args.gpu_port != 0:
+        raise UsageError(f"--gpu-port and --cpu-port are both {args.gpu_port}")
+    gpu = _engine(args, name="gpu", profile=args.gpu_profile, dialect=args.gpu_dialect, faults=args.gpu_fault)
+    cpu = _engine(args, name="cpu", profile=args.cpu_profile, dialect=args.cpu_dialect, faults=args.cpu_fault)
+    return _run(args, [(gpu, args.gpu_port), (cpu, args.cpu_port)])
+
+
+def cmd_profiles(args: argparse.Namespace) -> int:
+    """Print the shipped profiles."""
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from syshaxd.sim import timing
+    from syshaxd.sim.profile import load_profile, profile_names
+
+    table = Table(title="simulator device profiles")
+    for col, justify in (("profile", "left"), ("summary", "left"), ("KV tokens", "right"), ("TPOT b=1", "right"),
+                         ("tok/s b=32", "right"), ("TTFT 2048", "right")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for name in profile_names():
+        p = load_profile(name)
+        tpot = timing.decode_step_time(p, [1024])
+        b32 = 32 / timing.decode_step_time(p, [1024] * 32)
+        table.add_row(name, escape(p.summary), f"{p.kv_capacity_tokens:,}", f"{tpot * 1000:.1f} ms", f"{b32:,.0f}",
+                      f"{timing.prefill_time(p, 2048):.3g} s")
+    Console().print(table)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m syshaxd.sim``: the same options as ``syshax sim``."""
+    parser = argparse.ArgumentParser(prog="python -m syshaxd.sim", description="syshax engine simulator")
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except UsageError as exc:
+        print(f"sim: {exc}", file=sys.stderr)
+        return 2
+    except CommandError as exc:
+        print(f"sim: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

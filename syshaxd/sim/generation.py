@@ -1,0 +1,234 @@
+"""One generation request end to end: handoff lookup, planning, streaming or full answer.
+
+Handoff rules (see ``docs/simulator.md``):
+- ``syshax``: ``num_decode_tokens: K`` stops after K new tokens with ``finish_reason:
+  "scheduled"`` (unless the answer ends first) and keeps the KV under the response id;
+  ``request_id_inference: <id>`` continues from that KV, ``generated_text`` counts as
+  answer already written.
+- ``kv-transfer``: a body whose ``kv_transfer_params.do_remote_decode`` is true answers
+  with top-level ``kv_transfer_params`` and holds its blocks for the decode side; a body
+  with ``do_remote_prefill`` pulls them.
+- ``llamacpp-slots``: a request pinned to ``id_slot`` reuses that slot's cache when the
+  prompt matches (after ``POST /slots/{id}?action=restore``).
+A decode whose KV is not found recomputes the prefill; the ``X-Sim-Handoff`` response
+header says ``transferred``, ``local``, ``slot`` or ``recomputed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from syshaxd.sim import textgen, timing
+from syshaxd.sim.api_format import SSE_DONE, ChunkWriter, full_response
+from syshaxd.sim.api_request import GenSpec
+from syshaxd.sim.core import SimRequest
+from syshaxd.sim.faults import DIE_AFTER_CHUNKS
+from syshaxd.sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
+from syshaxd.sim.realtime import Handle
+
+if TYPE_CHECKING:
+    from syshaxd.sim.server import SimEngine
+
+
+@dataclass
+class Plan:
+    """How the engine will run one request."""
+
+    response_id: str
+    request_id: str  # X-Request-Id, or the generated id without prefix
+    core_rid: str
+    text_key: int
+    offset: int
+    sim: SimRequest
+    handoff: str | None  # value of the X-Sim-Handoff header
+
+
+def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
+    """New tokens to generate and the finish reason when they are done."""
+    options = []
+    if natural is not None:
+        options.append((natural, 0, "stop"))
+    options.append((spec.max_new, 1, "length"))
+    if spec.num_decode_tokens is not None:
+        options.append((spec.num_decode_tokens, 2, "scheduled"))
+    tokens, _, reason = min(options)
+    return tokens, reason
+
+
+def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> Plan:
+    """Look up handed-off KV, size the answer and build the core request."""
+    base = x_request_id or uuid.uuid4().hex
+    response_id = ("chatcmpl-" if spec.kind == "chat" else "cmpl-") + base
+    key, offset = spec.text_key, spec.offset
+    kv_ready, kv_delay, handoff = 0, 0.0, None
+    entry: KvEntry | None = None
+    context = spec.prompt_tokens
+    if spec.request_id_inference:
+        entry = engine.store.take(spec.request_id_inference)
+        handoff = "recomputed"
+    elif spec.wants_remote_prefill:
+        params = spec.kv_transfer_params or {}
+        remote_id = params.get("remote_request_id") or x_request_id
+        entry = engine.store.take(f"{params.get('remote_engine_id')}/{remote_id}")
+        handoff = "recomputed"
+    elif spec.id_slot is not None and engine.dialect == "llamacpp" and spec.id_slot < len(engine.slots):
+        cache = engine.slots[spec.id_slot]
+        if cache.tokens > 0 and cache.fingerprint == spec.fingerprint:
+            kv_ready = max(0, min(cache.tokens, context) - 1)  # llama.cpp re-evaluates the last prompt token
+            handoff = "slot"
+    if entry is not None:
+        kv_ready = max(0, min(entry.kv_tokens, context - 1))
+        key = entry.text_key
+        if spec.request_id_inference:
+            offset = entry.generated
+        local = entry.origin == engine.name
+        kv_delay = 0.0 if local else timing.transfer_time(engine.profile, kv_ready)
+        handoff = "local" if local else "transferred"
+        engine.stats["handoff_" + handoff] = engine.stats.get("handoff_" + handoff, 0) + 1
+    elif handoff == "recomputed":
+        engine.stats["handoff_recomputed"] = engine.stats.get("handoff_recomputed", 0) + 1
+    natural = None
+    if not spec.ignore_eos:
+        total = textgen.natural_length(key, engine.profile.output_median_tokens, engine.profile.output_sigma)
+        natural = max(1, total - offset)
+    tokens, reason = _limit(spec, natural)
+    if spec.wants_remote_decode:
+        reason = "length" if tokens == spec.max_new else reason
+    core_rid = uuid.uuid4().hex
+    sim = SimRequest(
+        rid=core_rid,
+        context_tokens=context,
+        max_new_tokens=tokens,
+        finish_reason=reason,
+        kv_ready_tokens=kv_ready,
+        kv_delay=kv_delay,
+        hold_kv=spec.wants_remote_decode,
+    )
+    return Plan(response_id, base, core_rid, key, offset, sim, handoff)
+
+
+def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
+    """Export KV for a later decode; returns the response's kv_transfer_params."""
+    kv_tokens = plan.sim.context_tokens + max(0, generated - 1)
+    if reason == "scheduled":
+        engine.store.put(plan.response_id, KvEntry(engine.name, kv_tokens, plan.offset + generated, plan.text_key))
+    if spec.id_slot is not None and engine.dialect == "llamacpp" and spec.id_slot < len(engine.slots):
+        engine.slots[spec.id_slot] = SlotCache(spec.fingerprint, plan.sim.context_tokens + generated, plan.text_key,
+                                               plan.offset + generated)
+    if spec.wants_remote_decode and reason != "abort":
+        core, rid = engine.live.core, plan.core_rid
+        blocks = -(-plan.sim.context_tokens // core.block_size)
+
+        def release() -> None:
+            core.release(rid)
+
+        engine.store.put(
+            f"{engine.engine_id}/{plan.request_id}",
+            KvEntry(engine.name, plan.sim.context_tokens, 0, plan.text_key, release=release),
+        )
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": list(range(min(blocks, 64))),
+            "remote_engine_id": engine.engine_id,
+            "remote_host": engine.host,
+            "remote_port": engine.port,
+            "remote_request_id": plan.request_id,
+            "tp_size": engine.profile.devices,
+        }
+    return None
+
+
+def response_headers(plan: Plan) -> dict[str, str]:
+    """Headers every generation response carries."""
+    headers = {"x-request-id": plan.request_id}
+    if plan.handoff:
+        headers[HANDOFF_HEADER] = plan.handoff
+    return headers
+
+
+async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                      disconnected: Callable[[], asyncio.Future[Any]]) -> dict[str, Any] | None:
+    """Wait for the whole answer; None if the client went away (the request is aborted)."""
+    generated = 0
+    reason: str | None = None
+    gone = disconnected()
+    try:
+        while reason is None:
+            getter = asyncio.ensure_future(handle.events.get())
+            done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if getter not in done:
+                getter.cancel()
+                engine.live.abort(plan.core_rid)
+                return None
+            event = getter.result()
+            generated += event.tokens
+            reason = event.finish_reason
+    finally:
+        gone.cancel()
+        engine.done(plan.core_rid)
+    engine.live.forget(plan.core_rid)
+    params = _after_finish(engine, spec, plan, generated, reason)
+    text = textgen.generate(plan.text_key, plan.offset, generated)
+    return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
+                         plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
+
+
+async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed answer; closing it early aborts the request."""
+    writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
+                         plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
+    die = engine.faults.take_mid_stream_death()
+    sent = 0
+    generated = 0
+    finished = False
+
+    async def emit(chunk: bytes) -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield chunk
+        sent += 1
+        if die and sent >= DIE_AFTER_CHUNKS:
+            await asyncio.sleep(0.05)  # let the kernel take the bytes already written
+            os._exit(1)
+
+    try:
+        first = True
+        reason: str | None = None
+        while reason is None:
+            event = await handle.events.get()
+            tokens, reason = event.tokens, event.finish_reason
+            while reason is None and not handle.events.empty():  # late: merge what is queued
+                more = handle.events.get_nowait()
+                tokens += more.tokens
+                reason = more.finish_reason
+            if first:
+                first = False
+                role = writer.first()
+                if role is not None:
+                    async for chunk in emit(role):
+                        yield chunk
+            text = textgen.generate(plan.text_key, plan.offset + generated, tokens)
+            generated += tokens
+            if reason is not None:
+                finished = True
+                engine.live.forget(plan.core_rid)
+                _after_finish(engine, spec, plan, generated, reason)
+            if tokens or reason is not None:
+                async for chunk in emit(writer.content(text, tokens, reason)):
+                    yield chunk
+        tail = writer.final_usage()
+        if tail is not None:
+            async for chunk in emit(tail):
+                yield chunk
+        async for chunk in emit(SSE_DONE):
+            yield chunk
+    finally:
+        engine.done(plan.core_rid)
+        if not finished:
+            engine.live.abort(plan.core_rid)

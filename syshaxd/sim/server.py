@@ -1,0 +1,241 @@
+"""The simulated engine's HTTP server: OpenAI routes, /metrics, health, faults, slots.
+
+One :class:`SimEngine` per listening port. Routes: ``POST /v1/chat/completions``,
+``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /version``,
+``GET /metrics``; llama.cpp dialect also ``GET /slots`` and ``POST /slots/{id}?action=``;
+simulator-only ``GET|POST|DELETE /sim/faults`` and ``GET /sim/stats``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from syshaxd.sim import generation
+from syshaxd.sim.api_format import error_body
+from syshaxd.sim.api_request import ApiError, Kind, parse_body, parse_request
+from syshaxd.sim.core import EngineCore
+from syshaxd.sim.faults import SLOW_METRICS_SECONDS, FaultError, Faults, FaultState, apply_patch
+from syshaxd.sim.handoff import KvStore, SlotCache
+from syshaxd.sim.metrics import Override, Recorder
+from syshaxd.sim.profile import Profile
+from syshaxd.sim.realtime import LiveEngine
+from syshaxd.sim.slots import slot_action, slots_json
+
+VERSIONS = {"vllm-v1": "0.10.1.1", "vllm-v0": "0.7.3", "sglang": "0.4.6.post5", "llamacpp": "b1-sim"}
+PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+GARBAGE = b"<html><body>502 upstream garbage \x00\x01{\"choices\": [ truncated"
+
+
+@dataclass
+class EngineOptions:
+    """What one simulated engine is."""
+
+    profile: Profile
+    name: str = "sim"
+    dialect: str = "vllm-v1"
+    served_model_name: str = "ds-32b"
+    speed: float = 1.0
+    faults: Faults = field(default_factory=Faults)
+    seed: int = 0
+    slot_save_path: Path | None = None
+    parallel: int | None = None  # llama.cpp -np (number of slots)
+    host: str = "127.0.0.1"
+    port: int = 0
+
+
+class SimEngine:
+    """A simulated engine: model core, live clock, metrics, faults, and its HTTP app."""
+
+    def __init__(self, opts: EngineOptions, store: KvStore | None = None) -> None:
+        self.opts = opts
+        self.name = opts.name
+        self.profile = opts.profile
+        self.dialect = opts.dialect
+        self.host = opts.host
+        self.port = opts.port
+        self.engine_id = f"{opts.name}-{uuid.uuid4().hex[:8]}"
+        self.store = store if store is not None else KvStore()
+        self.live = LiveEngine(EngineCore(opts.profile, max_num_seqs=opts.parallel), speed=opts.speed)
+        self.recorder = Recorder(self.live.core, opts.dialect)
+        self.live.listeners.append(self.recorder.on_step)
+        self.faults = FaultState(opts.faults, seed=opts.seed)
+        n_slots = self.live.core.max_num_seqs if opts.dialect == "llamacpp" else 0
+        self.slots: list[SlotCache] = [SlotCache() for _ in range(n_slots)]
+        self.stats: dict[str, int] = {}
+        self.pins: dict[str, int] = {}  # core request id -> pinned llama.cpp slot
+        self.task_ids: dict[str, int] = {}
+        self._next_task = 0
+        self.created = int(time.time())
+        self.app = Starlette(routes=self._routes())
+
+    def _routes(self) -> list[Route]:
+        routes = [
+            Route("/v1/chat/completions", self.chat, methods=["POST"]),
+            Route("/v1/completions", self.completions, methods=["POST"]),
+            Route("/v1/models", self.models, methods=["GET"]),
+            Route("/health", self.health, methods=["GET"]),
+            Route("/version", self.version, methods=["GET"]),
+            Route("/metrics", self.metrics, methods=["GET"]),
+            Route("/sim/faults", self.faults_route, methods=["GET", "POST", "DELETE"]),
+            Route("/sim/stats", self.sim_stats, methods=["GET"]),
+        ]
+        if self.dialect == "llamacpp":
+            routes += [
+                Route("/slots", self.slots_get, methods=["GET"]),
+                Route("/slots/{id_slot}", self.slots_post, methods=["POST"]),
+            ]
+        return routes
+
+    def done(self, core_rid: str) -> None:
+        """Forget a request that has ended (normally or not)."""
+        self.pins.pop(core_rid, None)
+        self.task_ids.pop(core_rid, None)
+
+    def error(self, message: str, status: int = 400, kind: str | None = None, param: str | None = None) -> JSONResponse:
+        """An error response in this engine's dialect."""
+        return JSONResponse(error_body(self.dialect, message, status, kind, param), status_code=status)
+
+    # -- generation ---------------------------------------------------------------
+    async def chat(self, request: Request) -> Response:
+        """POST /v1/chat/completions."""
+        return await self._generate(request, "chat")
+
+    async def completions(self, request: Request) -> Response:
+        """POST /v1/completions."""
+        return await self._generate(request, "completion")
+
+    async def _generate(self, request: Request, kind: Kind) -> Response:
+        raw = await request.body()
+        die, fail = self.faults.on_generation_request()
+        if die:
+            os._exit(1)
+        f = self.faults.faults
+        if f.added_latency > 0:
+            await asyncio.sleep(f.added_latency)
+        if fail:
+            return self.error(f"simulated fault: error_rate {f.error_rate}", f.error_status)
+        if f.garbage_body:
+            media = "text/event-stream" if b'"stream":true' in raw.replace(b" ", b"") else "application/json"
+            return Response(GARBAGE, status_code=200, media_type=media)
+        try:
+            body = parse_body(raw)
+            spec = parse_request(kind, body, served_model=self.opts.served_model_name,
+                                 max_model_len=self.profile.max_model_len,
+                                 check_model=self.dialect.startswith("vllm"))
+        except ApiError as exc:
+            return self.error(exc.message, exc.status, exc.kind, exc.param)
+        plan = generation.plan_request(self, spec, request.headers.get("x-request-id"))
+        handle = self.live.submit(plan.sim)
+        self._next_task += 1
+        self.task_ids[plan.core_rid] = self._next_task
+        if spec.id_slot is not None and spec.id_slot < len(self.slots):
+            self.pins[plan.core_rid] = spec.id_slot
+        headers = generation.response_headers(plan)
+        if spec.stream:
+            return StreamingResponse(generation.stream_answer(self, spec, plan, handle),
+                                     media_type="text/event-stream", headers=headers)
+
+        def disconnected() -> asyncio.Future[Any]:
+            async def watch() -> None:
+                while True:
+                    message = await request.receive()
+                    if message["type"] == "http.disconnect":
+                        return
+            return asyncio.ensure_future(watch())
+
+        answer = await generation.full_answer(self, spec, plan, handle, disconnected)
+        if answer is None:
+            return Response(status_code=499)
+        return JSONResponse(answer, headers=headers)
+
+    # -- plain routes -------------------------------------------------------------
+    async def models(self, request: Request) -> Response:
+        """GET /v1/models."""
+        name, now = self.opts.served_model_name, self.created
+        if self.dialect == "llamacpp":
+            card: dict[str, Any] = {"id": name, "object": "model", "created": now, "owned_by": "llamacpp",
+                                    "meta": {"n_ctx_train": self.profile.max_model_len,
+                                             "n_embd": self.profile.hidden_size,
+                                             "n_params": int(self.profile.parameters),
+                                             "size": int(self.profile.weight_bytes)}}
+        else:
+            owner = "sglang" if self.dialect == "sglang" else "vllm"
+            card = {"id": name, "object": "model", "created": now, "owned_by": owner, "root": self.profile.model_name,
+                    "parent": None, "max_model_len": self.profile.max_model_len,
+                    "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                                    "created": now, "allow_create_engine": False, "allow_sampling": True,
+                                    "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                                    "allow_fine_tuning": False, "organization": "*", "group": None,
+                                    "is_blocking": False}]}
+        return JSONResponse({"object": "list", "data": [card]})
+
+    async def health(self, request: Request) -> Response:
+        """GET /health: 200 (llama-server answers a small JSON object)."""
+        if self.dialect == "llamacpp":
+            return JSONResponse({"status": "ok"})
+        return Response(status_code=200)
+
+    async def version(self, request: Request) -> Response:
+        """GET /version."""
+        return JSONResponse({"version": VERSIONS.get(self.dialect, "sim")})
+
+    async def metrics(self, request: Request) -> Response:
+        """GET /metrics in this engine's dialect (subject to the metrics fault)."""
+        mode = self.faults.faults.metrics
+        if mode == "hang":
+            await asyncio.Event().wait()
+        if mode == "slow":
+            await asyncio.sleep(SLOW_METRICS_SECONDS)
+        if mode == "garbage":
+            return PlainTextResponse("<html>this is not prometheus {{{ \x00 metrics: maybe</html>\n")
+        override = Override() if mode == "contradictory" else None
+        text = self.recorder.render(self.opts.served_model_name, self.live.vnow(), override)
+        return Response(text, media_type=PROM_CONTENT_TYPE)
+
+    async def faults_route(self, request: Request) -> Response:
+        """GET / POST / DELETE /sim/faults."""
+        if request.method == "DELETE":
+            self.faults.set(Faults())
+        elif request.method == "POST":
+            try:
+                patch = json.loads(await request.body() or b"{}")
+                self.faults.set(apply_patch(self.faults.faults, patch))
+            except (ValueError, FaultError) as exc:
+                return JSONResponse({"error": {"message": str(exc), "type": "BadRequestError", "param": None,
+                                               "code": 400}}, status_code=400)
+        return JSONResponse(self.faults.faults.to_json())
+
+    async def sim_stats(self, request: Request) -> Response:
+        """GET /sim/stats: the simulator's own view (virtual time, counters, handoffs)."""
+        core = self.live.core
+        c = core.counters
+        return JSONResponse({
+            "name": self.name, "engine_id": self.engine_id, "profile": self.profile.name, "dialect": self.dialect,
+            "speed": self.live.speed, "virtual_time": self.live.vnow(), "running": core.num_running,
+            "waiting": core.num_waiting, "swapped": core.num_swapped, "kv_usage": core.kv_usage,
+            "kv_blocks": core.total_blocks, "free_blocks": core.free_blocks, "held": len(core.held),
+            "prompt_tokens": c.prompt_tokens, "generation_tokens": c.generation_tokens,
+            "preemptions": c.preemptions, "steps": c.steps, "finished": c.finished,
+            "handoff_imports": c.handoff_imports, "cached_prompt_tokens": c.cached_prompt_tokens,
+            "handoffs": dict(self.stats), "store_entries": len(self.store),
+        })
+
+    async def slots_get(self, request: Request) -> Response:
+        """GET /slots (llama.cpp)."""
+        return JSONResponse(slots_json(self))
+
+    async def slots_post(self, request: Request) -> Response:
+        """POST /slots/{id}?action=save|restore|erase (llama.cpp)."""
+        return await slot_action(self, request)
