@@ -1,0 +1,91 @@
+"""``syshax demo``: the whole system in one command, on simulated engines."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rich.console import Console
+
+from syshaxd.cli._common import UsageError
+from syshaxd.demo.stack import CPU_PROFILE, GPU_PROFILE, StackOptions
+from syshaxd.demo.workload import TraceError, choose_trace
+
+POLICIES = ("adaptive", "classic", "gpu-only", "cpu-only", "round-robin")
+HANDOFFS = ("syshax", "kv-transfer", "recompute", "llamacpp-slots")
+
+DESCRIPTION = """\
+Start a simulated GPU engine (2 x A100, a 32B model) and a simulated CPU engine (a
+160-core Kunpeng 920, the same model in q4_0), syshaxd in front of them, a client
+replaying a real request mix (the Azure LLM inference trace; the full hour when it is
+beside the checkout, else a 400-request sample shipped with syshax), and the console.
+
+In the console: g/c select a device, +/- change its batch limit, p toggles auto-PD
+offload, P cycles the policy, ? shows every key, q (or Ctrl-C) stops everything.
+Without a terminal (or with --headless) a status line is printed every few seconds.
+Nothing is left behind: every process is stopped and the temporary directory removed.
+"""
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``syshax demo``."""
+    p = sub.add_parser(
+        "demo", help="run syshax on simulated engines with a replayed workload and the console",
+        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--load", type=_positive, default=0.5, metavar="X",
+                   help="request rate as a multiple of the trace's (~5.5 req/s); default 0.5, "
+                        "enough to saturate the GPU in bursts")
+    p.add_argument("--policy", choices=POLICIES, default="adaptive", help="scheduling policy (default adaptive)")
+    p.add_argument("--handoff", choices=HANDOFFS, default="syshax",
+                   help="prefill/decode handoff protocol of the engine pair (default syshax)")
+    p.add_argument("--speed", type=_positive, default=10.0, metavar="X",
+                   help="simulated time runs X times faster than real time (default 10)")
+    p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
+                   help="stop by itself after this many seconds (default: run until stopped)")
+    p.add_argument("--headless", action="store_true",
+                   help="print status lines instead of the console (automatic without a terminal)")
+    p.add_argument("--interval", type=_positive, default=3.0, metavar="SECONDS",
+                   help="seconds between status lines when headless (default 3)")
+    p.add_argument("--json-summary", type=Path, default=None, metavar="PATH",
+                   help="also write the final summary as JSON to PATH")
+    p.add_argument("--trace", default="auto", metavar="auto|sample|PATH",
+                   help="workload: the full Azure trace if found beside the checkout, else the "
+                        "packaged sample (auto); the sample; or an Azure-format CSV file")
+    p.add_argument("--gpu-profile", default=GPU_PROFILE, help=f"simulator profile of the GPU engine ({GPU_PROFILE})")
+    p.add_argument("--cpu-profile", default=CPU_PROFILE, help=f"simulator profile of the CPU engine ({CPU_PROFILE})")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (config, logs) afterwards")
+    p.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """Run the demo."""
+    from syshaxd.demo.run import DemoOptions, run_demo
+
+    if args.json_summary is not None and not args.json_summary.parent.is_dir():
+        raise UsageError(f"--json-summary: directory {args.json_summary.parent} does not exist")
+    try:
+        trace = choose_trace(args.trace)
+    except TraceError as exc:
+        raise UsageError(f"--trace: {exc}") from None
+    headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
+    options = DemoOptions(
+        stack=StackOptions(
+            policy=args.policy, handoff=args.handoff, speed=args.speed,
+            gpu_profile=args.gpu_profile, cpu_profile=args.cpu_profile,
+        ),
+        trace=trace, load=args.load, duration=args.duration, headless=headless,
+        interval=args.interval, json_summary=args.json_summary, keep=args.keep,
+    )
+    return run_demo(options, Console(highlight=False))
