@@ -32,7 +32,7 @@ class EngineRejected(Exception):
         self.body = body
 
 
-@dataclass
+@dataclass(eq=False)  # identity: flights keep the engines they hold in sets
 class Upstream:
     """One engine with its own pooled client and the conductor's accounting for it."""
 
