@@ -166,8 +166,8 @@ class EngineCore:
         )
 
     def has_work(self) -> bool:
-        """Whether a step could do anything now."""
-        return bool(self.running or self.waiting or self.swapped or self._ready_loading())
+        """Whether any request is still in the engine (running, queued, or receiving KV)."""
+        return bool(self.running or self.waiting or self.swapped or self.loading)
 
     def next_event_time(self) -> float | None:
         """When this engine next needs to run: now, when KV arrives, or None (idle)."""
@@ -347,6 +347,10 @@ class EngineCore:
         """Run one engine iteration; None when there is nothing to do right now."""
         self.expire_held()
         work, preempted, extra = self._schedule()
+        if not work and not preempted and self.loading and not self.running:
+            # nothing to compute until handed-off KV arrives: the clock moves to that moment
+            self.now = max(self.now, min(s.ready_at for s in self.loading))
+            work, preempted, extra = self._schedule()
         if not work:
             if preempted:
                 return StepResult(start=self.now, end=self.now, preempted=preempted, steps=0)
