@@ -23,7 +23,7 @@ from syshaxd.loadgen import Result, stream_chat
 
 #: Words of at most five ASCII letters: one token each for the simulator's tokenizer.
 _WORDS = (
-    "alpha bravo delta echo golf hotel india kilo lima mike oscar papa quack romeo sierra "
+    "alpha bravo delta echo golf hotel india kilo lima mike oscar papa quack romeo salt "
     "tango union whisk xray yanke zulu amber azure coral ivory jade lemon olive peach plum "
     "rose ruby sand slate steel stone tan teal wheat"
 ).split()
