@@ -68,7 +68,7 @@ def test_a_child_ignoring_sigterm_is_killed_after_the_grace(tmp_path: Path) -> N
 def test_children_die_with_a_killed_demo(tmp_path: Path) -> None:
     # The demo process itself is SIGKILLed (no atexit, no handlers): the kernel's
     # parent-death signal must still end its children.
-    script = textwrap.dedent(f"""
+    script = textwrap.dedent("""
         import sys, time
         from syshaxd.demo.procs import Supervisor
         sup = Supervisor()
