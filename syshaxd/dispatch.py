@@ -114,9 +114,19 @@ class Dispatcher:
             self.c.release(flight, gpu)
             # The prefill side failed before the client saw anything: the CPU does it all.
             return await self.whole(flight, cpu, parsed.raw, {}, failed=failure)
+        except EngineRejected as rejected:
+            return self._rejected(rejected)
         except asyncio.TimeoutError:
             raise self._timeout() from None
         return await self.whole(flight, cpu, decode.body, decode.headers)
+
+    @staticmethod
+    def _rejected(rejected: EngineRejected) -> Answer:
+        """An engine refused the request itself (4xx): the client gets that answer, nothing is retried.
+
+        ``serve`` finishes the flight (releasing both engines) as for any whole answer.
+        """
+        return Answer(status=rejected.status, body=_openai_error_body(rejected))
 
     def _timeout(self) -> ApiError:
         return ApiError(504, f"request exceeded system.request_timeout ({self.c.config.system.request_timeout:g} s)",
@@ -235,6 +245,9 @@ class Dispatcher:
                 self.c.release(flight, ctx.cpu)
                 return await self.whole(flight, ctx.gpu, parsed.raw, {}, failed=failure)
             return await self.whole(flight, ctx.cpu, parsed.raw, {}, failed=failure)
+        except EngineRejected as rejected:
+            self.c.close_later(_aclose(pieces))
+            return self._rejected(rejected)
         except asyncio.TimeoutError:
             self.c.close_later(_aclose(pieces))
             raise self._timeout() from None
@@ -246,6 +259,8 @@ class Dispatcher:
                 _collect(first, pieces), flight.remaining())
         except EngineFailure as failure:
             raise ApiError(502, f"split failed: {failure}", type="upstream_error") from None
+        except EngineRejected as rejected:
+            return self._rejected(rejected)
         except asyncio.TimeoutError:
             raise self._timeout() from None
         finally:
@@ -276,6 +291,11 @@ class Dispatcher:
         except EngineFailure as failure:
             outcome = "engine_error"
             yield sse_error(f"split failed after the answer started: {failure}")
+        except EngineRejected as rejected:
+            outcome = "rejected"
+            yield sse_error(f"engine {rejected.engine} refused the continuation: "
+                            f"{engine_error_message(rejected.status, rejected.body)}",
+                            type="invalid_request_error", code=str(rejected.status))
         except asyncio.TimeoutError:
             outcome = "timeout"
             yield sse_error("request exceeded system.request_timeout", type="timeout", code="504")
