@@ -184,11 +184,15 @@ def extract(paths: EnginePaths, archive: Path, console: Console) -> None:
     """Unpack only vendor/llama.cpp from the sdist (idempotent)."""
     if (paths.source_dir / "CMakeLists.txt").is_file():
         return
-    prefix = f"llama_cpp_python-{paths.version}/vendor/llama.cpp/"
+    top = f"llama_cpp_python-{paths.version}"
+    prefix = f"{top}/vendor/llama.cpp/"
+    # The submodule's git dir lives in the top-level .git; llama.cpp's CMake reads the
+    # build number and commit from it (without it: "build 0, commit unknown").
+    wanted = (prefix, f"{top}/.git/modules/vendor/llama.cpp/")
     dest = paths.root / "src"
     with console.status("extracting vendor/llama.cpp"), tarfile.open(archive) as tar:
-        members = [m for m in tar.getmembers() if m.name.startswith(prefix)]
-        if not members:
+        members = [m for m in tar.getmembers() if m.name.startswith(wanted)]
+        if not any(m.name.startswith(prefix) for m in members):
             raise BuildError(f"{archive} has no {prefix}: not the expected sdist")
         if hasattr(tarfile, "data_filter"):
             tar.extractall(dest, members=members, filter="data")
@@ -290,7 +294,7 @@ def summary(paths: EnginePaths, version: str, build_s: float | None, note: str) 
     table.add_row("version", version)
     table.add_row("sdist", f"{PACKAGE}=={paths.version}")
     took = f"{seconds:.0f} s" if isinstance(seconds, (int, float)) else "unknown"
-    table.add_row("build time", took)
+    table.add_row("last build took", took)
     table.add_row("model", str(paths.model))
     if paths.model.is_file():
         table.add_row("model size", f"{paths.model.stat().st_size / 1e6:.2f} MB")

@@ -138,3 +138,22 @@ async def test_client_disconnect_frees_the_slot_and_stops_generation(
     after = await scrape(http)
     generated = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
     assert 4 <= generated < 1000
+
+
+async def test_abandoned_non_streaming_request_runs_on_while_the_server_is_polled(
+    http: httpx.AsyncClient, llama_server: LlamaServer
+) -> None:
+    # llama-server checks a non-streaming client's socket only after a full second with
+    # no result on its shared result queue; every /slots or /metrics answer (and every
+    # token of any other request) resets that wait. So under a monitor polling faster
+    # than 1 Hz an abandoned non-streaming request is never cancelled.
+    before = await scrape(http)
+    limit = llama_server.n_ctx // llama_server.n_parallel - 100
+    body = {**CHAT, "max_tokens": limit, **NO_EOS}
+    async with httpx.AsyncClient(base_url=llama_server.url, timeout=0.2) as impatient:
+        with pytest.raises(httpx.TimeoutException):
+            await impatient.post("/v1/chat/completions", json=body)
+    await wait_all_idle(http)
+    after = await scrape(http)
+    generated = after["llamacpp:tokens_predicted_total"] - before["llamacpp:tokens_predicted_total"]
+    assert generated == limit

@@ -115,16 +115,19 @@ async def test_chat_stream_usage_comes_in_a_separate_empty_choices_chunk(
     assert all(c.usage is None for c in chunks[:-1])
 
 
-async def test_completions_stream_puts_usage_on_the_finish_chunk(http: httpx.AsyncClient) -> None:
+@pytest.mark.parametrize("include_usage", [True, False])
+async def test_completions_stream_always_puts_usage_on_the_finish_chunk(
+    http: httpx.AsyncClient, include_usage: bool
+) -> None:
     body = {"prompt": "Once upon a time", "max_tokens": 3, "stream": True, **GREEDY, **NO_EOS}
-    raw = (
-        await http.post("/v1/completions", json={**body, "stream_options": {"include_usage": True}})
-    ).text
+    options = {"stream_options": {"include_usage": True}} if include_usage else {}
+    raw = (await http.post("/v1/completions", json={**body, **options})).text
     chunks, done = sse_json(raw)
     assert done
     assert all(c["object"] == "text_completion" for c in chunks)
     last = chunks[-1]
-    # Unlike chat: no separate usage chunk; the finish chunk (empty text) carries usage.
+    # Unlike chat: no separate usage chunk; the finish chunk (empty text) carries usage,
+    # whether or not stream_options asked for it.
     assert last["choices"][0]["finish_reason"] == "length"
     assert last["choices"][0]["text"] == ""
     assert last["usage"]["completion_tokens"] == 3
