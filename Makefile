@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/syshax demo
 
 test: $(STAMP)
+	$(PY) tools/build_engines.py --if-missing
 	$(VENV)/bin/ruff check syshaxd console tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider
