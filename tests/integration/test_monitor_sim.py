@@ -1,0 +1,197 @@
+"""The monitor and the startup check against real simulator processes on loopback.
+
+Transitions are driven by the simulator's ``/metrics`` faults (garbage, hang, contradictory)
+and by killing the process; rounds are run one at a time with ``poll_once`` so each test
+counts misses exactly, except where the background loop itself is under test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from syshaxd.config import EngineSpec, ModelParams
+from syshaxd.config import Monitor as MonitorSettings
+from syshaxd.monitor import Monitor
+from syshaxd.snapshot import EngineState, EngineView, Snapshot
+from syshaxd.startup import startup_check
+from tests.plugins.ports import free_port
+
+SETTINGS = MonitorSettings(interval=0.2, scrape_timeout=0.5, stale_after=2, down_after=4, startup_check=False)
+DIALECTS = ["vllm-v1", "vllm-v0", "llamacpp", "sglang"]
+
+MakeMonitor = Callable[..., Monitor]
+
+
+@pytest.fixture
+async def make_monitor() -> AsyncIterator[MakeMonitor]:
+    """Monitors over real engines; each is stopped and its client closed at teardown.
+
+    ``background=True`` starts the monitor's own loop; otherwise the test runs rounds
+    with ``poll_once`` on a client the fixture owns.
+    """
+    built: list[tuple[Monitor, httpx.AsyncClient | None]] = []
+
+    async def start(specs: list[EngineSpec], settings: MonitorSettings = SETTINGS, *, background: bool = False,
+                    **kw: Any) -> Monitor:
+        kw.setdefault("sample_host", False)
+        client = None if background else httpx.AsyncClient(timeout=settings.scrape_timeout)
+        monitor = Monitor(specs, settings, client=client, **kw)
+        built.append((monitor, client))
+        if background:
+            await monitor.start()
+        return monitor
+
+    yield start  # type: ignore[misc]
+    for monitor, client in built:
+        await monitor.stop()
+        if client is not None:
+            await client.aclose()
+
+
+def spec(handle: Any, dialect: str, name: str = "e0", device: str = "gpu") -> EngineSpec:
+    return EngineSpec(name, device, handle.url, dialect, "recompute")  # type: ignore[arg-type]
+
+
+def view(s: Snapshot, name: str = "e0") -> EngineView:
+    found = s.engine(name)
+    assert found is not None
+    return found
+
+
+async def rounds(monitor: Monitor, n: int) -> list[EngineState]:
+    return [view(await monitor.poll_once()).state for _ in range(n)]
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_up_stale_down_up_with_metrics_faults(sim_engine: Any, make_monitor: Any, dialect: str) -> None:
+    engine = sim_engine("tiny", dialect=dialect)
+    monitor = await make_monitor([spec(engine, dialect)])
+    up = view(await monitor.poll_once())
+    assert up.state is EngineState.UP, up.last_error
+    assert up.metrics.running == 0 and up.metrics.waiting == 0
+    assert up.metrics.generation_tokens_total == 0
+
+    await asyncio.to_thread(engine.set_faults, metrics="garbage")
+    assert await rounds(monitor, 4) == [EngineState.UP, EngineState.STALE, EngineState.STALE, EngineState.DOWN]
+    assert "unreadable answer" in (view(monitor.snapshot()).last_error or "")
+
+    await asyncio.to_thread(engine.clear_faults)
+    back = view(await monitor.poll_once())
+    assert back.state is EngineState.UP and back.last_error is None
+
+
+async def test_hanging_metrics_go_stale_then_down_and_recover(sim_engine: Any, make_monitor: Any) -> None:
+    engine = sim_engine("tiny", dialect="vllm-v1")
+    monitor = await make_monitor([spec(engine, "vllm-v1")])
+    assert await rounds(monitor, 1) == [EngineState.UP]
+    await asyncio.to_thread(engine.set_faults, metrics="hang")
+    states = await rounds(monitor, 6)
+    assert states[0] is EngineState.UP
+    assert EngineState.STALE in states and states[-1] is EngineState.DOWN
+    assert states.index(EngineState.STALE) < states.index(EngineState.DOWN)
+    await asyncio.to_thread(engine.clear_faults)
+    states = await rounds(monitor, 4)  # a scrape still hanging runs into its timeout first
+    assert states[-1] is EngineState.UP
+
+
+async def test_contradictory_numbers_are_dropped_and_the_engine_stays_up(sim_engine: Any, make_monitor: Any) -> None:
+    engine = sim_engine("tiny", dialect="vllm-v1")
+    monitor = await make_monitor([spec(engine, "vllm-v1")])
+    await asyncio.to_thread(engine.set_faults, metrics="contradictory")
+    v = view(await monitor.poll_once())
+    assert v.state is EngineState.UP
+    assert v.metrics.running is None  # -1 requests is not a count
+    assert v.metrics.kv_cache_usage is None  # 1.7 is not a fraction
+
+
+async def test_killed_process_is_down_at_once(sim_engine: Any, make_monitor: Any) -> None:
+    engine = sim_engine("tiny", dialect="sglang")
+    monitor = await make_monitor([spec(engine, "sglang")])
+    assert await rounds(monitor, 1) == [EngineState.UP]
+    await asyncio.to_thread(sim_engine.process(engine).stop)
+    v = view(await monitor.poll_once())
+    assert v.state is EngineState.DOWN
+    assert "cannot connect" in (v.last_error or "")
+
+
+async def _load(url: str, n: int, max_tokens: int) -> None:
+    async with httpx.AsyncClient(timeout=60) as client:
+        body = {"model": "ds-32b", "prompt": "hello " * 20, "max_tokens": max_tokens, "ignore_eos": True}
+        responses = await asyncio.gather(*(client.post(f"{url}/v1/completions", json=body) for _ in range(n)))
+    assert all(r.status_code == 200 for r in responses)
+
+
+@pytest.mark.parametrize("dialect", DIALECTS)
+async def test_load_shows_running_requests_and_token_rates(sim_engine: Any, make_monitor: Any, dialect: str) -> None:
+    engine = sim_engine("tiny", dialect=dialect, speed=1.0)
+    monitor = await make_monitor([spec(engine, dialect)])
+    await monitor.poll_once()
+    load = asyncio.create_task(_load(engine.url, n=4, max_tokens=120))
+    seen: list[EngineView] = []
+    while not load.done():
+        seen.append(view(await monitor.poll_once()))
+        await asyncio.sleep(0.1)
+    await load
+    final = view(await monitor.poll_once())
+    assert all(v.state is EngineState.UP for v in seen)
+    assert max(v.metrics.running or 0 for v in seen) >= 1
+    assert any((v.metrics.decode_tps or 0) > 0 for v in seen)
+    assert final.metrics.generation_tokens_total is not None and final.metrics.generation_tokens_total >= 4 * 120
+    assert any(v.metrics.tpot_recent for v in [*seen, final])
+    if dialect == "llamacpp":
+        assert any((v.metrics.kv_cache_usage or 0) > 0 for v in seen)  # from /slots
+
+
+async def test_a_hanging_engine_does_not_slow_the_rounds_for_the_others(sim_engine: Any, make_monitor: Any) -> None:
+    stuck = sim_engine("tiny", dialect="vllm-v1", faults={"metrics": "hang"}, name="stuck")
+    fine = sim_engine("tiny", dialect="vllm-v1", name="fine")
+    settings = SETTINGS.model_copy(update={"scrape_timeout": 5.0})
+    monitor = await make_monitor([spec(stuck, "vllm-v1", "gpu0"), spec(fine, "vllm-v1", "cpu0", "cpu")],
+                                 settings, background=True)
+    snaps = [await monitor.next_snapshot(timeout=5) for _ in range(4)]
+    fine_times = [view(s, "cpu0").scraped_at for s in snaps]
+    assert all(t is not None for t in fine_times)
+    assert len(set(fine_times)) == 4  # a fresh scrape of the healthy engine every round
+    assert view(snaps[-1], "gpu0").state in (EngineState.STALE, EngineState.DOWN)
+    assert view(snaps[-1], "cpu0").state is EngineState.UP
+
+
+async def test_background_loop_samples_the_host(sim_engine: Any, make_monitor: Any) -> None:
+    engine = sim_engine("tiny", dialect="vllm-v1")
+    monitor = await make_monitor([spec(engine, "vllm-v1")], background=True, sample_host=True)
+    await monitor.next_snapshot(timeout=5)
+    s = await monitor.next_snapshot(timeout=5)
+    assert view(s).state is EngineState.UP
+    assert len(s.host.cpu_percent) >= 1 and all(0 <= p <= 100 for p in s.host.cpu_percent)
+    assert s.host.numa_nodes and sum(len(n.cpus) for n in s.host.numa_nodes) >= 1
+    assert s.host.mem_total > 0
+
+
+async def test_startup_check_measures_decode_speed_and_reports_dead_engines(sim_engine: Any) -> None:
+    gpu = sim_engine("tiny", dialect="vllm-v1", name="g", speed=1.0)
+    cpu = sim_engine("tiny", dialect="llamacpp", name="c", speed=1.0)
+    dead = EngineSpec("cpu9", "cpu", f"http://127.0.0.1:{free_port()}", "vllm-v1", "recompute")
+    specs = [spec(gpu, "vllm-v1", "gpu0"), spec(cpu, "llamacpp", "cpu0", "cpu"), dead]
+    report = await startup_check(specs, ModelParams(test_tokens=20), timeout=30)
+    g, c, d = report.probe("gpu0"), report.probe("cpu0"), report.probe("cpu9")
+    assert g is not None and c is not None and d is not None
+    assert g.ok and c.ok, (g, c)
+    assert g.models == ("ds-32b",) and g.metrics_ok and c.metrics_ok
+    assert g.generated_tokens == 20 and g.decode_tps is not None and g.decode_tps > 0
+    assert c.decode_tps is not None and c.ttft is not None
+    assert report.gpu_cpu_ratio == pytest.approx(g.decode_tps / c.decode_tps)
+    assert not d.ok and d.models_error is not None and d.decode_tps is None
+
+
+async def test_startup_check_is_bounded_by_its_timeout(sim_engine: Any) -> None:
+    slow = sim_engine("tiny", dialect="vllm-v1", faults={"added_latency": 30})
+    report = await startup_check([spec(slow, "vllm-v1", "gpu0")], ModelParams(), timeout=1.5)
+    (probe,) = report.engines
+    assert not probe.ok and "timed out after 1.5s" in (probe.generation_error or "")
+    skipped = await startup_check([spec(slow, "vllm-v1", "gpu0")], ModelParams(), generate=False, timeout=5)
+    assert skipped.engines[0].ok and skipped.engines[0].decode_tps is None
