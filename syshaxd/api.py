@@ -26,6 +26,10 @@ from syshaxd.snapshot import EngineState
 
 log = logging.getLogger("syshaxd.api")
 
+#: Largest request head (all header names and values) accepted; 431 above. h11 alone bounds
+#: headers only when they span several reads, so a large head sent at once would pass.
+MAX_HEADER_BYTES = 64 * 1024
+
 _CHAT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "required": ["messages"],
@@ -151,6 +155,13 @@ def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
 
     @app.middleware("http")
     async def _auth(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        size = sum(len(name) + len(value) + 4 for name, value in request.scope["headers"])
+        if size > MAX_HEADER_BYTES:
+            return JSONResponse(
+                error_body(f"request headers total {size} bytes, over the limit of {MAX_HEADER_BYTES}",
+                           type="invalid_request_error", code="request_header_fields_too_large"),
+                status_code=431,
+            )
         if api_key and request.url.path.startswith("/v1/"):
             header = request.headers.get("authorization", "")
             scheme, _, token = header.partition(" ")
