@@ -13,6 +13,7 @@ import httpx
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 from starlette.types import Receive, Scope, Send
 
 from syshaxd import __version__
@@ -98,12 +99,16 @@ async def _read_body(request: Request, limit: int) -> bytes:
         except ValueError:
             raise ApiError(400, "Content-Length header is not a number") from None
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise ApiError(413, f"request body is over the limit of {limit} bytes "
-                           "(services.conductor.max_body_bytes)")
-        chunks.append(chunk)
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise ApiError(413, f"request body is over the limit of {limit} bytes "
+                               "(services.conductor.max_body_bytes)")
+            chunks.append(chunk)
+    except ClientDisconnect:
+        # Nobody will read this answer; it only keeps the disconnect out of the error log.
+        raise ApiError(400, f"the client disconnected after {size} bytes of the body") from None
     return b"".join(chunks)
 
 
