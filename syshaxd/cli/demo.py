@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from syshaxd.cli._common import UsageError
+from syshaxd.config import ConfigError, coerce_value, validate
 from syshaxd.demo.stack import CPU_PROFILE, GPU_PROFILE, StackOptions
 from syshaxd.demo.workload import TraceError, choose_trace
 
@@ -44,10 +45,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "demo", help="run syshax on simulated engines with a replayed workload and the console",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--load", type=_positive, default=0.5, metavar="X",
-                   help="request rate as a multiple of the trace's (~5.5 req/s); default 0.5, "
+    p.add_argument("--load", type=_positive, default=0.2, metavar="X",
+                   help="request rate as a multiple of the trace's (~5.5 req/s); default 0.2, "
                         "enough to saturate the GPU in bursts")
-    p.add_argument("--policy", choices=POLICIES, default="adaptive", help="scheduling policy (default adaptive)")
+    p.add_argument("--policy", choices=POLICIES, default="classic",
+                   help="scheduling policy (default classic: sysHAX's rules, whose GPU batch limit "
+                        "sends the overflow to the CPU)")
     p.add_argument("--handoff", choices=HANDOFFS, default="syshax",
                    help="prefill/decode handoff protocol of the engine pair (default syshax)")
     p.add_argument("--speed", type=_positive, default=10.0, metavar="X",
@@ -65,6 +68,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "packaged sample (auto); the sample; or an Azure-format CSV file")
     p.add_argument("--gpu-profile", default=GPU_PROFILE, help=f"simulator profile of the GPU engine ({GPU_PROFILE})")
     p.add_argument("--cpu-profile", default=CPU_PROFILE, help=f"simulator profile of the CPU engine ({CPU_PROFILE})")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+                   help="a decider key in the demo's config, e.g. --set decider.cpu_max_batch_size=8 "
+                        "(repeatable; default: decider.auto_pd_offload=true)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (config, logs) afterwards")
     p.set_defaults(func=cmd_demo)
 
@@ -79,13 +85,36 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trace = choose_trace(args.trace)
     except TraceError as exc:
         raise UsageError(f"--trace: {exc}") from None
+    decider = _decider_settings(args.settings)
     headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
     options = DemoOptions(
         stack=StackOptions(
             policy=args.policy, handoff=args.handoff, speed=args.speed,
-            gpu_profile=args.gpu_profile, cpu_profile=args.cpu_profile,
+            gpu_profile=args.gpu_profile, cpu_profile=args.cpu_profile, decider=decider,
         ),
         trace=trace, load=args.load, duration=args.duration, headless=headless,
         interval=args.interval, json_summary=args.json_summary, keep=args.keep,
     )
     return run_demo(options, Console(highlight=False))
+
+
+#: What the demo changes from the defaults: splits by default, so all three routes show.
+DEMO_DECIDER: dict[str, object] = {"auto_pd_offload": True}
+
+
+def _decider_settings(settings: list[str]) -> tuple[tuple[str, object], ...]:
+    """``--set decider.KEY=VALUE`` options, converted and validated like the config file."""
+    values: dict[str, object] = dict(DEMO_DECIDER)
+    for item in settings:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise UsageError(f"--set {item!r}: expected KEY=VALUE, e.g. decider.cpu_max_batch_size=8")
+        if not key.startswith("decider."):
+            raise UsageError(f"--set {key}: only decider.* keys can be set for the demo")
+        values[key.removeprefix("decider.")] = coerce_value(key, raw)
+    try:
+        validate({"decider": values})
+    except ConfigError as exc:
+        raise UsageError(f"--set: {exc}") from None
+    return tuple(values.items())

@@ -45,7 +45,7 @@ class DemoOptions:
 
     stack: StackOptions
     trace: Trace
-    load: float = 0.5
+    load: float = 0.2
     duration: float | None = None
     headless: bool = False
     interval: float = 3.0

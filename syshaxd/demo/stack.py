@@ -31,7 +31,7 @@ START_TIMEOUT = 60.0
 class StackOptions:
     """What the demo's engines and daemon look like."""
 
-    policy: str = "adaptive"
+    policy: str = "classic"
     handoff: str = "syshax"
     speed: float = 10.0
     gpu_profile: str = GPU_PROFILE

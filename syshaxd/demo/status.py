@@ -23,22 +23,34 @@ from syshaxd.demo.load import Tally
 from syshaxd.loadgen import percentile
 from syshaxd.schema import StateModel
 
+#: The conductor's outcome for a request whose client went away.
+CANCELLED = "client_disconnect"
+
 
 @dataclass
 class Route:
     """Finished requests of one (device, mode) from the conductor's metrics."""
 
-    ok: int = 0
-    failed: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)  # "ok", "client_disconnect", ...
     ttft_sum: float = 0.0
     ttft_count: int = 0
     e2e_sum: float = 0.0
     e2e_count: int = 0
 
     @property
-    def total(self) -> int:
-        """Requests that ended, however."""
-        return self.ok + self.failed
+    def ok(self) -> int:
+        """Requests answered in full."""
+        return self.outcomes.get("ok", 0)
+
+    @property
+    def cancelled(self) -> int:
+        """Requests the client gave up (the demo cancels what is in flight when it stops)."""
+        return self.outcomes.get(CANCELLED, 0)
+
+    @property
+    def failed(self) -> int:
+        """Requests that ended any other way (errors, timeouts, truncated streams)."""
+        return sum(self.outcomes.values()) - self.ok - self.cancelled
 
     @property
     def ttft_mean(self) -> float | None:
@@ -80,11 +92,9 @@ def parse_metrics(text: str) -> ConductorNumbers:
         for sample in family.samples:
             name, labels, value = sample.name, sample.labels, sample.value
             if name == "syshax_requests_total":
-                r = route(labels)
-                if labels.get("outcome") == "ok":
-                    r.ok += int(value)
-                else:
-                    r.failed += int(value)
+                outcomes = route(labels).outcomes
+                outcome = labels.get("outcome", "?")
+                outcomes[outcome] = outcomes.get(outcome, 0) + int(value)
             elif name == "syshax_time_to_first_token_seconds_sum":
                 route(labels).ttft_sum += value
             elif name == "syshax_time_to_first_token_seconds_count":
@@ -161,7 +171,7 @@ def build_summary(
     """Collect the final numbers."""
     routes = {
         key: {
-            "ok": r.ok, "failed": r.failed,
+            "ok": r.ok, "cancelled": r.cancelled, "failed": r.failed, "outcomes": dict(r.outcomes),
             "ttft_mean_s": r.ttft_mean, "e2e_mean_s": r.e2e_mean,
         }
         for key, r in sorted(numbers.routes.items())
@@ -191,17 +201,18 @@ def summary_tables(summary: Summary) -> list[Table]:
         f"load {summary.load:g}, speed {summary.speed:g}"
     )
     routes = Table(title=title, title_justify="left")
-    for name, justify in (("device/mode", "left"), ("ok", "right"), ("failed", "right"),
-                          ("mean TTFT s", "right"), ("mean latency s", "right")):
-        routes.add_column(name, justify=justify)  # type: ignore[arg-type]
+    routes.add_column("device/mode")
+    for name in ("ok", "failed", "cancelled at stop", "mean TTFT s", "mean latency s"):
+        routes.add_column(name, justify="right")
     for key, r in summary.routes.items():
-        routes.add_row(key, str(r["ok"]), str(r["failed"]), _secs(r["ttft_mean_s"]), _secs(r["e2e_mean_s"]))
+        routes.add_row(key, str(r["ok"]), str(r["failed"]), str(r["cancelled"]),
+                       _secs(r["ttft_mean_s"]), _secs(r["e2e_mean_s"]))
     c = summary.client
     routes.add_section()
     routes.add_row(
-        "client", str(c["ok"]), str(c["errors"] + c["lost"]), _secs(c["ttft_p50_s"]) + " p50", "",
+        "client's view", str(c["ok"]), str(c["errors"] + c["lost"]), "", "p50 " + _secs(c["ttft_p50_s"]), "",
     )
-    reasons = Table(title="decisions by reason", title_justify="left")
+    reasons = Table(title="routing decisions by reason", title_justify="left")
     reasons.add_column("reason")
     reasons.add_column("count", justify="right")
     for reason, count in list(summary.reasons.items())[:8]:

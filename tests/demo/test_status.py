@@ -31,6 +31,9 @@ def _exposition() -> str:
     failed = _decision(99, "cpu", "whole", "gpu busy: 16/16")
     stats.record_decision(failed)
     stats.record_finish(failed, "error", ttft=None, e2e=1.0)
+    cut = _decision(100, "gpu", "whole", "gpu has room: est 0.2s")
+    stats.record_decision(cut)
+    stats.record_finish(cut, "client_disconnect", ttft=0.5, e2e=2.0)
     return stats.exposition().decode()
 
 
@@ -38,9 +41,10 @@ def test_metrics_give_finished_requests_per_device_and_mode() -> None:
     numbers = parse_metrics(_exposition())
     assert numbers.routes["gpu/whole"].ok == 5
     assert numbers.routes["cpu/whole"].ok == 2 and numbers.routes["cpu/whole"].failed == 1
+    assert numbers.routes["gpu/whole"].cancelled == 1
     assert numbers.done("cpu") == 5 and numbers.done(mode="pd_split") == 3
     assert numbers.routes["cpu/pd_split"].ttft_mean == 1.5
-    assert numbers.reasons == {"gpu has room": 5, "gpu busy": 6}
+    assert numbers.reasons == {"gpu has room": 6, "gpu busy": 6}
 
 
 def _state() -> StateModel:
@@ -84,3 +88,4 @@ def test_summary_json_and_tables(tmp_path: Path) -> None:
         console.print(table)
     text = console.export_text()
     assert "cpu/pd_split" in text and "gpu busy" in text and "policy adaptive" in text
+    assert "cancelled at stop" in text
