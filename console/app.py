@@ -16,8 +16,8 @@ from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
-from textual.keys import key_to_character
-from textual.screen import Screen
+from textual.keys import format_key
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Footer
 
 from console.client import ControlClient, ControlError, Forbidden
@@ -163,20 +163,27 @@ class ConsoleApp(App[None]):
         self._max_log = max_log
 
     def compose(self) -> ComposeResult:
-        yield StatusBar()
+        # Kept as attributes: App.query_one searches the *active* screen, which is a
+        # modal while help or a confirmation is open, and the timer must still find these.
+        self.status_bar = StatusBar()
+        self.devices = {device: DevicePanel(device, id=device) for device in DEVICES}
+        self.numa = NumaPanel()
+        self.conductor = ConductorPanel()
+        self.log_panel = DecisionLogPanel(self._max_log)
+        yield self.status_bar
         with Horizontal(id="devices"):
-            yield DevicePanel("gpu", id="gpu")
-            yield DevicePanel("cpu", id="cpu")
+            yield from self.devices.values()
         with Horizontal(id="host"):
-            yield NumaPanel()
-            yield ConductorPanel()
-        yield DecisionLogPanel(self._max_log)
+            yield self.numa
+            yield self.conductor
+        yield self.log_panel
         yield Footer(compact=True, show_command_palette=False)
 
     def on_mount(self) -> None:
+        self.main_screen = self.screen
         if self._keymap:
             self.set_keymap(self._keymap)
-        self.screen.add_class("-view-overview")
+        self.main_screen.add_class("-view-overview")
         self.set_interval(self._refresh_interval, self._tick)
         self.follow_events()
 
@@ -251,7 +258,7 @@ class ConsoleApp(App[None]):
             self._retry_at = None
         if connected != self.connected:
             self.connected = connected
-            self.screen.set_class(not connected, "-disconnected")
+            self.main_screen.set_class(not connected, "-disconnected")
             self.refresh_bindings()
         self._dirty = True
 
@@ -259,25 +266,25 @@ class ConsoleApp(App[None]):
 
     def _tick(self) -> None:
         if not self.connected:
-            self.query_one(StatusBar).update(self._status())
+            self.status_bar.update(self._status())
         if not self._dirty:
             return
         self._dirty = False
         state = self.state
         with self.batch_update():
-            self.query_one(StatusBar).update(self._status())
+            self.status_bar.update(self._status())
             if state is not None:
-                for device in DEVICES:
-                    self.query_one(f"#{device}", DevicePanel).update(
+                for device, panel in self.devices.items():
+                    panel.update(
                         engines_of(state, device),
                         state.config,
                         self.history,
                         selected=device == self.side,
                         selected_engine=self.selected_engine_name(device),
                     )
-                self.query_one(NumaPanel).update(state.host)
-                self.query_one(ConductorPanel).update(state.conductor)
-            self.query_one(DecisionLogPanel).update(self.decisions)
+                self.numa.update(state.host)
+                self.conductor.update(state.conductor)
+            self.log_panel.update(self.decisions)
 
     def _status(self) -> Status:
         now = time.monotonic()
@@ -307,7 +314,13 @@ class ConsoleApp(App[None]):
     # -- keys --------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out changes while they cannot work (read-only, disconnected, no data)."""
+        """Grey out changes while they cannot work (read-only, disconnected, no data).
+
+        While help or a question is open only quitting works: a key meant for the modal
+        must not change the daemon underneath it.
+        """
+        if isinstance(self.screen, ModalScreen) and action not in ("quit", "command_palette"):
+            return False
         if action in WRITE_ACTIONS and (self.readonly or not self.connected or self.state is None):
             return None
         return True
@@ -325,7 +338,7 @@ class ConsoleApp(App[None]):
             return
         body = batch_patch(self.state.config, self.side, delta)
         if body is None:
-            self.notify(f"{self.side.upper()} batch limit is at its bound", severity="warning")
+            self.notify(f"the daemon reports no {self.side.upper()} batch limit", severity="warning")
             return
         self._send(f"{self.side.upper()} batch limit", body)
 
@@ -368,17 +381,17 @@ class ConsoleApp(App[None]):
 
     def action_pause(self) -> None:
         """Pause or resume the decision log."""
-        self.query_one(DecisionLogPanel).toggle_pause()
+        self.log_panel.toggle_pause()
 
     def action_filter(self) -> None:
         """Edit the decision log filter."""
-        self.query_one(DecisionLogPanel).start_filter()
+        self.log_panel.start_filter()
 
     def action_view(self, number: int) -> None:
         """Switch views: 1 overview, 2 devices, 3 host, 4 decisions."""
-        self.screen.remove_class(*(f"-view-{name}" for name in VIEWS.values()))
+        self.main_screen.remove_class(*(f"-view-{name}" for name in VIEWS.values()))
         self._view = number
-        self.screen.add_class(f"-view-{VIEWS[number]}")
+        self.main_screen.add_class(f"-view-{VIEWS[number]}")
         self._dirty = True
 
     def action_help(self) -> None:
@@ -387,10 +400,10 @@ class ConsoleApp(App[None]):
 
     def key_help(self) -> Iterable[tuple[str, str, str, bool]]:
         """(keys as typed, description, binding id, usable now) for every binding."""
-        active = {b.binding.id: b for b in self.screen.active_bindings.values()}
+        active = {b.binding.id: b for b in self.main_screen.active_bindings.values()}
         for binding in self._bindings_list():
             keys = self._keymap.get(binding.id or "", binding.key).split(",")
-            shown = " ".join("space" if k == "space" else (key_to_character(k) or k) for k in keys)
+            shown = " ".join(format_key(k) for k in keys)
             usable = active[binding.id].enabled if binding.id in active else True
             yield shown, DESCRIPTIONS.get(binding.id or "", binding.description), binding.id or "", usable
 

@@ -33,9 +33,6 @@ GPU_CACHE_THRESHOLD = "decider.gpu_cache_threshold"
 #: The order ``P`` cycles through.
 POLICIES: tuple[str, ...] = ("adaptive", "classic", "gpu-only", "cpu-only", "round-robin")
 
-#: Inclusive bounds of the batch limits (as the daemon validates them; 0 = never use the CPU).
-BATCH_BOUNDS: Mapping[Device, tuple[int, int]] = {"gpu": (1, 4096), "cpu": (0, 4096)}
-
 
 # ---------------------------------------------------------------------------------------
 # Derived values and the patches hotkeys send
@@ -60,15 +57,15 @@ def batch_limit(config: Mapping[str, Any], device: Device) -> int | None:
 
 
 def batch_patch(config: Mapping[str, Any], device: Device, delta: int) -> PatchBody | None:
-    """The PATCH that moves a device's batch limit by ``delta``, or None at a bound or unknown."""
+    """The PATCH that moves a device's batch limit by ``delta`` (None: the limit is unknown).
+
+    Bounds are not checked here: the daemon validates every value and its refusal, with
+    its reason, is what the operator should see.
+    """
     current = batch_limit(config, device)
     if current is None:
         return None
-    low, high = BATCH_BOUNDS[device]
-    new = min(high, max(low, current + delta))
-    if new == current:
-        return None
-    return {GPU_BATCH if device == "gpu" else CPU_BATCH: new}
+    return {GPU_BATCH if device == "gpu" else CPU_BATCH: current + delta}
 
 
 def auto_pd_patch(config: Mapping[str, Any]) -> PatchBody:

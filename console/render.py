@@ -31,6 +31,7 @@ STATES: Mapping[str, tuple[str, str, str]] = {
     "unknown": ("○", "WAIT", "dim"),
 }
 SPARKS = "▁▂▃▄▅▆▇█"
+DETAIL_WIDTH = 70  # device cards this wide get a fourth line: dialect, URL, scheduled
 HEAT = "▁▂▃▄▅▆▇█"
 
 
@@ -159,7 +160,7 @@ def device_panel(
     selected: str | None,
     width: int,
 ) -> Text:
-    """Every engine of one device, three lines each (four when wide and in trouble)."""
+    """Every engine of one device, three lines each (four when wide)."""
     if not engines:
         return Text(f"no {device.upper()} engine configured", style="dim")
     name_width = min(max(len(e.name) for e in engines), 12)
@@ -200,7 +201,10 @@ def engine_card(
         line1.append_text(bar(kv, bar_width, kv_threshold(config, device)))
         line1.append(pct, style="bold" if kv is not None else "dim")
 
-    limit = engine.batch_limit if engine.batch_limit is not None else batch_limit(config, device)
+    # The confirmed config first: it changes the moment the daemon accepts a PATCH.
+    limit = batch_limit(config, device)
+    if limit is None:
+        limit = engine.batch_limit
     running = fmt_int(engine.running)
     over = engine.running is not None and limit is not None and engine.running >= limit
     wide = width >= 56
@@ -225,8 +229,15 @@ def engine_card(
         line3.append(engine.last_error[: max(width - 4, 0)], style="red")
     else:
         line3 = _rates_line(engine, history, width)
+    lines = [line1, line2, line3]
+    if width >= DETAIL_WIDTH:
+        line4 = Text(f"  {engine.dialect} {engine.url}", style="dim")
+        line4.append(f"  scheduled {engine.scheduled}")
+        if engine.cpu_swap_usage is not None:
+            line4.append(f"  swap space {engine.cpu_swap_usage * 100:.0f}%")
+        lines.append(line4)
     out = Text()
-    for line in (line1, line2, line3):
+    for line in lines:
         line.truncate(width)
         if out:
             out.append("\n")

@@ -77,6 +77,8 @@ class DecisionLogPanel(Widget):
 
     def on_mount(self) -> None:
         self._retitle()
+        # Follow the newest row until the operator scrolls up; scrolling back down resumes.
+        self.table.anchor()
 
     @property
     def table(self) -> DataTable[str]:
@@ -158,7 +160,6 @@ class DecisionLogPanel(Widget):
         changed = [decision_key(d) for d in wanted if old.get(decision_key(d), d) != d]
         diff = diff_rows(shown, wanted_keys, changed)
         by_key = {decision_key(d): d for d in wanted}
-        at_end = table.scroll_y >= table.max_scroll_y
         with self.app.batch_update():
             if not diff.append_only:
                 # Only a new filter or a late, older decision gets here: refill once.
@@ -174,5 +175,3 @@ class DecisionLogPanel(Widget):
                 for key in diff.add:
                     table.add_row(*row_cells(by_key[key]), key=key)
         self._shown_log = self._log
-        if diff.add and at_end:
-            table.scroll_end(animate=False, immediate=False)

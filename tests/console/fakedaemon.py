@@ -123,6 +123,7 @@ class FakeDaemon:
         self.rate = rate
         self.generate = generate
         self.forbidden: str | None = None  # set: every write answers 403 with this reason
+        self.refuse: str | None = None  # set: every PATCH answers 422 with this reason
         self.patches: list[dict[str, Any]] = []
         self.saved = 0
         self._queues: set[asyncio.Queue[tuple[str, str] | None]] = set()
@@ -161,6 +162,8 @@ class FakeDaemon:
         """Validate and apply a PATCH body; (status, JSON answer)."""
         if self.forbidden:
             return 403, {"error": self.forbidden}
+        if self.refuse:
+            return 422, {"error": self.refuse, "key": next(iter(body), None) if isinstance(body, dict) else None}
         if not isinstance(body, dict) or not body:
             return 422, {"error": "expected a non-empty JSON object of dotted keys"}
         config = dict(self.state.config)
