@@ -30,7 +30,7 @@ from syshaxd.sim.api_request import GenSpec
 from syshaxd.sim.core import SimRequest
 from syshaxd.sim.faults import DIE_AFTER_CHUNKS
 from syshaxd.sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
-from syshaxd.sim.realtime import Handle
+from syshaxd.sim.realtime import Handle, TokenEvent
 
 if TYPE_CHECKING:
     from syshaxd.sim.server import SimEngine
@@ -161,13 +161,10 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
     gone = disconnected()
     try:
         while reason is None:
-            getter = asyncio.ensure_future(handle.events.get())
-            done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if getter not in done:
-                getter.cancel()
+            event = await _next_event(handle, gone)
+            if event is None:
                 engine.live.abort(plan.core_rid)
                 return None
-            event = getter.result()
             generated += event.tokens
             reason = event.finish_reason
     finally:
@@ -180,8 +177,21 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
                          plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
 
 
-async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed answer; closing it early aborts the request."""
+async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent | None:
+    """The next event of a request, or None when its client went away first."""
+    if not handle.events.empty():
+        return handle.events.get_nowait()
+    getter = asyncio.ensure_future(handle.events.get())
+    done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if getter in done:
+        return getter.result()
+    getter.cancel()
+    return None
+
+
+async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                        disconnected: Callable[[], asyncio.Future[Any]]) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed answer; a client that goes away aborts the request."""
     writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
                          plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
     die = engine.faults.take_mid_stream_death()
@@ -197,11 +207,14 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
             await asyncio.sleep(0.05)  # let the kernel take the bytes already written
             os._exit(1)
 
+    gone = disconnected()
     try:
         first = True
         reason: str | None = None
         while reason is None:
-            event = await handle.events.get()
+            event = await _next_event(handle, gone)
+            if event is None:
+                return
             tokens, reason = event.tokens, event.finish_reason
             while reason is None and not handle.events.empty():  # late: merge what is queued
                 more = handle.events.get_nowait()
@@ -229,6 +242,7 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
         async for chunk in emit(SSE_DONE):
             yield chunk
     finally:
+        gone.cancel()
         engine.done(plan.core_rid)
         if not finished:
             engine.live.abort(plan.core_rid)

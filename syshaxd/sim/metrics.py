@@ -170,9 +170,18 @@ class Recorder:
                      [(lab, prompt_rate)])
             ex.gauge("vllm:avg_generation_throughput_toks_per_s", "Average generation throughput in tokens/s.",
                      [(lab, gen_rate)])
+        if not v1:
+            ex.gauge("vllm:lora_requests_info", "Running stats on lora requests.",
+                     [({"max_lora": "0", "running_lora_adapters": "", "waiting_lora_adapters": ""}, self.created)])
         ex.counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
                    [(lab, c.preemptions)])
         if v1:
+            ex.counter("vllm:gpu_prefix_cache_queries_total",
+                       "GPU prefix cache queries, in terms of number of queried tokens. "
+                       "DEPRECATED: Use vllm:prefix_cache_queries instead.", [(lab, c.prompt_tokens)])
+            ex.counter("vllm:gpu_prefix_cache_hits_total",
+                       "GPU prefix cache hits, in terms of number of cached tokens. "
+                       "DEPRECATED: Use vllm:prefix_cache_hits instead.", [(lab, 0)])
             ex.counter("vllm:prefix_cache_queries_total",
                        "Prefix cache queries, in terms of number of queried tokens.", [(lab, c.prompt_tokens)])
             ex.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",

@@ -143,11 +143,9 @@ class SimEngine:
         if spec.id_slot is not None and spec.id_slot < len(self.slots):
             self.pins[plan.core_rid] = spec.id_slot
         headers = generation.response_headers(plan)
-        if spec.stream:
-            return StreamingResponse(generation.stream_answer(self, spec, plan, handle),
-                                     media_type="text/event-stream", headers=headers)
 
         def disconnected() -> asyncio.Future[Any]:
+            # the body is read, so the next message can only be the client leaving
             async def watch() -> None:
                 while True:
                     message = await request.receive()
@@ -155,6 +153,9 @@ class SimEngine:
                         return
             return asyncio.ensure_future(watch())
 
+        if spec.stream:
+            return StreamingResponse(generation.stream_answer(self, spec, plan, handle, disconnected),
+                                     media_type="text/event-stream", headers=headers)
         answer = await generation.full_answer(self, spec, plan, handle, disconnected)
         if answer is None:
             return Response(status_code=499)
