@@ -2,22 +2,23 @@
 
 from __future__ import annotations
 
+from textual.widget import Widget
 from textual.widgets import Button, DataTable
 
 from console.model import AUTO_PD, CPU_BATCH, GPU_BATCH, POLICY
+from console.widgets.conductor import ConductorPanel
 from console.widgets.confirm import ConfirmModal
 from console.widgets.decisions import DecisionLogPanel
 from console.widgets.device import DevicePanel
 from console.widgets.help import HelpScreen
 from console.widgets.numa import NumaPanel
-from console.widgets.conductor import ConductorPanel
 from console.widgets.status import StatusBar
 from tests.console.conftest import Control, console_for, wait_for
 from tests.console.fakedaemon import sample_decision
 
 
-def text_of(widget: object) -> str:
-    render = getattr(widget, "render")()
+def text_of(widget: Widget) -> str:
+    render = widget.render()
     return str(getattr(render, "plain", render))
 
 
