@@ -40,22 +40,21 @@ class NotifySink:
         self.sock.bind(str(path))
         self.messages: list[str] = []
 
-    def wait_for(self, field_: str, timeout: float = 30.0) -> str:
-        """Receive until a message carries ``field_`` (``READY=1``, ``STOPPING=1``...); returns it."""
-        for message in self.messages:
-            if field_ in message.split("\n"):
-                return message
+    def wait_for(self, field_: str, count: int = 1, timeout: float = 30.0) -> str:
+        """Receive until ``count`` messages carried ``field_`` (``READY=1``...); returns the last."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+        while True:
+            carrying = [m for m in self.messages if field_ in m.split("\n")]
+            if len(carrying) >= count:
+                return carrying[count - 1]
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"{field_} not seen {count} time(s) within {timeout}s; got {self.messages}")
+            self.sock.settimeout(remaining)
             try:
-                data = self.sock.recv(65536).decode()
+                self.messages.append(self.sock.recv(65536).decode())
             except TimeoutError:
-                break
-            self.messages.append(data)
-            if field_ in data.split("\n"):
-                return data
-        raise TimeoutError(f"no {field_} within {timeout}s; got {self.messages}")
+                continue
 
     def fields(self) -> list[str]:
         """Every KEY=VALUE received so far, in order."""
@@ -156,7 +155,11 @@ def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
 
 @pytest.fixture
 def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
-    """Factory: ``start_daemon(config={...}, notify=True, env={...}, speed=20)``."""
+    """Factory: ``start_daemon(config={...}, notify=True, env={...}, speed=20)``.
+
+    ``launcher`` prefixes the command (``["systemd-socket-activate", "-l", ADDR]``);
+    ``wait=False`` returns before the control socket answers.
+    """
     procs: list[subprocess.Popen[bytes]] = []
     handles: list[Any] = []
     sinks: list[NotifySink] = []
@@ -174,6 +177,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         profile: str = "tiny",
         policy: str = "classic",
         wait: bool = True,
+        launcher: list[str] | None = None,
     ) -> RunningDaemon:
         counter[0] += 1
         tmp = base / f"d{counter[0]}"
@@ -217,7 +221,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         daemon_log = open(log_path, "ab")  # noqa: SIM115 - closed in teardown
         handles.append(daemon_log)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+            [*(launcher or []), sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
             stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env,
         )
         procs.append(proc)

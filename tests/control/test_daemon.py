@@ -1,0 +1,302 @@
+"""A real syshaxd process with simulator engines: control resources, decisions, lifecycle, systemd."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+
+from syshaxd.schema import ConfigChangeModel, DecisionModel, StateModel
+from tests.control.conftest import NOBODY, needs_root, run_as_nobody
+from tests.plugins.daemon import RunningDaemon, run_syshaxd, wait_control_socket
+from tests.plugins.ports import free_port
+
+pytestmark = pytest.mark.slow
+
+
+def chat(daemon: RunningDaemon, max_tokens: int = 8, **extra: Any) -> dict[str, Any]:
+    """One non-streaming chat completion through the conductor."""
+    body = {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens, **extra}
+    resp = httpx.post(f"{daemon.url}/v1/chat/completions", json=body, timeout=60)
+    assert resp.status_code == 200, resp.text
+    return dict(resp.json())
+
+
+def last_decision(daemon: RunningDaemon, after: int) -> DecisionModel:
+    """The newest decision once there are more than ``after``."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        decisions = daemon.state().recent_decisions
+        if len(decisions) > after:
+            return decisions[-1]
+        time.sleep(0.05)
+    raise TimeoutError("no new decision recorded")
+
+
+def test_state_of_a_real_daemon(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    state = daemon.state()
+    assert {e.name: e.state for e in state.engines} == {"gpu0": "up", "cpu0": "up"}
+    assert state.host.numa_nodes and state.host.cpu_percent
+    assert state.host.bound_cpus  # the NUMA planner's binding for this host
+    assert state.config["decider.policy"] == "classic"
+    assert state.uptime >= 0 and state.version
+
+
+def test_patch_changes_the_next_decision(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    before = len(daemon.state().recent_decisions)
+    chat(daemon)
+    assert last_decision(daemon, before).device == "gpu"  # classic with an idle GPU
+    resp = daemon.patch({"decider.policy": "cpu-only"})
+    assert resp.status_code == 200, resp.text
+    chat(daemon)
+    decision = last_decision(daemon, before + 1)
+    assert decision.device == "cpu"
+    assert decision.policy == "cpu-only"
+    resp = daemon.patch({"decider.policy": "classic", "engines.gpu0.enabled": False})
+    assert resp.status_code == 200, resp.text
+    chat(daemon)
+    assert last_decision(daemon, before + 2).device == "cpu"  # the GPU engine is switched off
+
+
+def test_invalid_multi_key_patch_changes_nothing(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    before = daemon.state()
+    resp = daemon.patch({"decider.cpu_max_batch_size": 2, "engines.cpu0.draining": True, "decider.gpu_cache_threshold": -5})
+    after = daemon.state()
+    assert resp.status_code == 422
+    assert resp.json()["key"] == "decider.gpu_cache_threshold"
+    assert after.config == before.config
+    assert [(e.enabled, e.draining) for e in after.engines] == [(e.enabled, e.draining) for e in before.engines]
+
+
+def test_save_then_reload_round_trip_and_sighup(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    assert daemon.patch({"decider.cpu_max_batch_size": 3}).status_code == 200
+    with daemon.control() as client:
+        saved = client.post("/v1/config/save").json()
+    overrides = daemon.state_dir / "overrides.yaml"
+    assert saved["path"] == str(overrides)
+    assert yaml.safe_load(overrides.read_text())["decider"]["cpu_max_batch_size"] == 3
+    assert daemon.patch({"decider.cpu_max_batch_size": 17}).status_code == 200
+    with daemon.control() as client:
+        change = ConfigChangeModel.model_validate(client.post("/v1/reload").json())
+    assert change.changed == {"decider.cpu_max_batch_size": 3}
+    # SIGHUP rereads too: the admin changes a runtime key and a restart-only key.
+    data = yaml.safe_load(daemon.config_path.read_text())
+    data["decider"]["max_num_seqs"] = 5
+    data["system"]["max_queue_size"] = 9
+    daemon.config_path.write_text(yaml.safe_dump(data))
+    daemon.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    while daemon.state().config["decider.max_num_seqs"] != 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    state = daemon.state()
+    assert state.config["decider.max_num_seqs"] == 5
+    assert state.config["decider.cpu_max_batch_size"] == 3  # the saved override still wins
+    assert "system.max_queue_size" in daemon.log_text()  # reported as needing a restart
+
+
+def test_event_stream_of_a_real_daemon(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    seen: dict[str, list[str]] = {}
+    done = threading.Event()
+
+    def follow() -> None:
+        with daemon.control() as client, client.stream("GET", "/v1/events", timeout=30) as resp:
+            name = ""
+            for line in resp.iter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    seen.setdefault(name, []).append(line[6:])
+                if {"state", "decision", "config"} <= seen.keys() and len(seen["state"]) >= 3:
+                    break
+        done.set()
+
+    reader = threading.Thread(target=follow, daemon=True)
+    reader.start()
+    deadline = time.monotonic() + 10
+    while "state" not in seen and time.monotonic() < deadline:
+        time.sleep(0.05)
+    chat(daemon)
+    daemon.patch({"decider.max_num_seqs": 7})
+    assert done.wait(30), f"events seen: {list(seen)}"
+    assert StateModel.model_validate_json(seen["state"][-1]).engines
+    assert DecisionModel.model_validate_json(seen["decision"][0]).request_id
+    assert ConfigChangeModel.model_validate_json(seen["config"][0]).changed == {"decider.max_num_seqs": 7}
+
+
+@needs_root
+def test_another_uid_is_refused_a_write(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    status, body = run_as_nobody(daemon.socket_path, "GET", "/v1/state")
+    assert status == 200, body
+    status, body = run_as_nobody(daemon.socket_path, "PATCH", "/v1/config", '{"engines.gpu0.enabled": false}')
+    assert status == 403
+    assert f"uid {NOBODY}" in json.loads(body)["error"]
+    assert daemon.state().engines[0].enabled
+
+
+def test_second_daemon_is_refused_and_the_first_socket_survives(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    second = run_syshaxd(daemon.config_path, daemon.env)
+    assert second.returncode == 1
+    assert "already running" in second.stderr and str(daemon.socket_path) in second.stderr
+    assert daemon.socket_path.exists()
+    assert daemon.state().engines  # the first one still answers on it
+
+
+def test_stale_socket_of_a_killed_daemon_is_replaced(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    daemon.proc.send_signal(signal.SIGKILL)
+    daemon.proc.wait(timeout=10)
+    assert daemon.socket_path.exists()  # left behind, nobody listens
+    with pytest.raises(OSError):
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(daemon.socket_path))
+        finally:
+            probe.close()
+    log = open(daemon.dir / "second.log", "wb")  # noqa: SIM115 - closed below
+    successor = subprocess.Popen(
+        [sys.executable, "-m", "syshaxd.main", "--config", str(daemon.config_path)],
+        stdout=log, stderr=subprocess.STDOUT, env=daemon.env,
+    )
+    try:
+        wait_control_socket(daemon.socket_path, successor)
+        assert daemon.state().engines
+    finally:
+        successor.send_signal(signal.SIGTERM)
+        successor.wait(timeout=30)
+        log.close()
+    assert successor.returncode == 0
+
+
+def test_sigterm_drains_and_cleans_up_with_the_sd_notify_protocol(start_daemon: Any) -> None:
+    # speed 1: a 150-token stream takes over a second, so SIGTERM arrives mid-stream.
+    daemon = start_daemon(notify=True, speed=1.0, env={"WATCHDOG_USEC": "200000"})
+    sink = daemon.notify
+    assert sink is not None
+    assert "READY=1" in sink.wait_for("READY=1").split("\n")
+    sink.wait_for("WATCHDOG=1")
+    daemon.proc.send_signal(signal.SIGHUP)
+    reloading = sink.wait_for("RELOADING=1").split("\n")
+    assert any(f.startswith("MONOTONIC_USEC=") for f in reloading)
+    sink.wait_for("READY=1", count=2)  # READY=1 again once the reload is done
+    sink.wait_for("WATCHDOG=1", count=3)  # pings keep coming from the event loop
+    assert any(f.startswith("STATUS=") and "in flight" in f for f in sink.fields())
+
+    body = {
+        "model": "ds-32b", "messages": [{"role": "user", "content": "tell me"}],
+        "max_tokens": 150, "ignore_eos": True, "stream": True,
+    }
+    chunks_after_term = 0
+    finish = None
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=60) as resp:
+        assert resp.status_code == 200
+        lines = resp.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                break
+        daemon.proc.send_signal(signal.SIGTERM)
+        sink.wait_for("STOPPING=1")
+        for line in lines:
+            if line.startswith("data: {"):
+                chunks_after_term += 1
+                choice = json.loads(line[6:])["choices"]
+                if choice and choice[0].get("finish_reason"):
+                    finish = choice[0]["finish_reason"]
+            if line == "data: [DONE]":
+                break
+    assert chunks_after_term > 0  # the stream went on after SIGTERM ...
+    assert finish == "length"  # ... and finished normally
+    assert daemon.proc.wait(timeout=30) == 0
+    assert not daemon.socket_path.exists()  # cleanup ran: socket and lock removed
+    assert not Path(str(daemon.socket_path) + ".lock").exists()
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"{daemon.url}/health", timeout=2)
+
+
+def test_new_requests_are_refused_while_draining(start_daemon: Any) -> None:
+    daemon = start_daemon(speed=1.0)
+    body = {
+        "model": "ds-32b", "messages": [{"role": "user", "content": "tell me"}],
+        "max_tokens": 150, "ignore_eos": True, "stream": True,
+    }
+    with httpx.stream("POST", f"{daemon.url}/v1/chat/completions", json=body, timeout=60) as resp:
+        lines = resp.iter_lines()
+        for line in lines:
+            if line.startswith("data: {"):
+                break
+        daemon.proc.send_signal(signal.SIGTERM)
+        port = int(daemon.url.rsplit(":", 1)[1])
+        refused = False
+        deadline = time.monotonic() + 10
+        while not refused and time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                time.sleep(0.05)
+            except ConnectionRefusedError:
+                refused = True
+        assert refused  # no new connections while the old stream drains
+        done = False
+        for line in lines:
+            if line == "data: [DONE]":
+                done = True
+                break
+    assert done
+    assert daemon.proc.wait(timeout=30) == 0
+
+
+def test_daemon_exits_cleanly_with_sigint_too(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    daemon.proc.send_signal(signal.SIGINT)
+    assert daemon.proc.wait(timeout=30) == 0
+    assert not daemon.socket_path.exists()
+    assert "Traceback" not in daemon.log_text()
+
+
+def test_environment_names_the_socket_dir(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    assert daemon.socket_path == Path(daemon.env["RUNTIME_DIRECTORY"]) / "control.sock"
+    mode = os.stat(daemon.socket_path).st_mode & 0o777
+    assert mode == 0o660
+
+
+@pytest.mark.skipif(shutil.which("systemd-socket-activate") is None, reason="needs systemd-socket-activate")
+def test_socket_activated_api(start_daemon: Any) -> None:
+    port = free_port()
+    daemon = start_daemon(
+        # It passes on only the variables named with -E.
+        launcher=["systemd-socket-activate", "-l", f"127.0.0.1:{port}", "-E", "RUNTIME_DIRECTORY", "-E", "STATE_DIRECTORY"],
+        config={"services": {"conductor": {"port": port}}},
+        wait=False,
+    )
+    # The first connection makes systemd-socket-activate start syshaxd with the socket.
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and daemon.proc.poll() is None
+            time.sleep(0.05)
+    wait_control_socket(daemon.socket_path, daemon.proc)
+    resp = httpx.get(f"http://127.0.0.1:{port}/health", timeout=60)
+    assert resp.status_code == 200, daemon.log_text()
+    assert "socket-activated" in daemon.log_text()
+    assert daemon.stop() == 0
