@@ -125,7 +125,8 @@ def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
     if not raw.strip():
         raise _bad("request body is empty; expected a JSON object")
     try:
-        body = json.loads(raw)
+        # JSON on the wire is UTF-8 (RFC 8259); json.loads(bytes) would guess UTF-16/32 too.
+        body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
         raise _bad("request body is not valid UTF-8") from None
     except RecursionError:
