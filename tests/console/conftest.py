@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widget import Widget
 
 from console.app import ConsoleApp
 from console.client import ControlClient
@@ -81,6 +82,12 @@ def console_for(path: Path, **kwargs: Any) -> RecordingConsole:
 
     kwargs.setdefault("refresh", 20)
     return RecordingConsole(connect, **kwargs)
+
+
+def text_of(widget: Widget) -> str:
+    """The plain text a widget renders."""
+    render = widget.render()
+    return str(getattr(render, "plain", render))
 
 
 async def wait_for(pilot: Pilot[Any], check: Callable[[], object], what: str, timeout: float = 10.0) -> None:

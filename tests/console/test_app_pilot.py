@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from textual.widget import Widget
 from textual.widgets import Button, DataTable
 
 from console.model import AUTO_PD, CPU_BATCH, GPU_BATCH, POLICY
@@ -13,13 +12,8 @@ from console.widgets.device import DevicePanel
 from console.widgets.help import HelpScreen
 from console.widgets.numa import NumaPanel
 from console.widgets.status import StatusBar
-from tests.console.conftest import Control, console_for, wait_for
+from tests.console.conftest import Control, console_for, text_of, wait_for
 from tests.console.fakedaemon import sample_decision
-
-
-def text_of(widget: Widget) -> str:
-    render = widget.render()
-    return str(getattr(render, "plain", render))
 
 
 async def test_panels_show_the_numbers_the_daemon_reports(control: Control) -> None:
