@@ -40,6 +40,8 @@ log = logging.getLogger("syshaxd.control")
 STATE_INTERVAL = 0.25
 #: An idle stream sends a comment this often so proxies and clients see it alive.
 KEEPALIVE_INTERVAL = 15.0
+#: Largest PATCH body accepted; a patch of every runtime key is well under 2 KiB.
+MAX_BODY_BYTES = 1024 * 1024
 
 
 @dataclass
@@ -166,16 +168,33 @@ def create_control_app(ctx: ControlContext) -> FastAPI:
 
 
 async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
+    raw = await _read_limited(request, MAX_BODY_BYTES)
     try:
         body = json.loads(raw or b"null")
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ControlError(422, f"the body is not valid JSON: {exc}", "(body)") from None
+    except RecursionError:
+        raise ControlError(422, "the body is not valid here: JSON nested too deeply", "(body)") from None
     if not isinstance(body, dict):
         raise ControlError(
             422, 'expected a JSON object of dotted keys, e.g. {"decider.cpu_max_batch_size": 24}', "(body)"
         )
     return body
+
+
+async def _read_limited(request: Request, limit: int) -> bytes:
+    """The body, or 413 as soon as it passes ``limit`` bytes (a patch is a few hundred)."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise ControlError(413, f"the body is {declared} bytes; the control API takes at most {limit}", "(body)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise ControlError(413, f"the body is over {limit} bytes, the most the control API takes", "(body)")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _who(request: Request) -> str:

@@ -161,3 +161,15 @@ async def test_a_client_that_leaves_is_unsubscribed(control_api: ControlHarness)
             break
         await asyncio.sleep(0.05)
     assert control_api.bus.subscriber_count == 0
+
+
+async def test_too_deep_or_too_big_bodies_are_refused(control_api: ControlHarness) -> None:
+    deep = b'{"decider.max_num_seqs": ' + b"[" * 5_000 + b"]" * 5_000 + b"}"
+    big = json.dumps({f"decider.k{i}": i for i in range(100_000)}).encode()
+    async with control_api.client() as client:
+        too_deep = await client.patch("/v1/config", content=deep, headers={"content-type": "application/json"})
+        too_big = await client.patch("/v1/config", content=big, headers={"content-type": "application/json"})
+        state = StateModel.model_validate((await client.get("/v1/state")).json())
+    assert too_deep.status_code == 422 and "nested too deeply" in too_deep.json()["error"]
+    assert too_big.status_code == 413 and too_big.json()["key"] == "(body)"
+    assert state.config["decider.max_num_seqs"] == 16
