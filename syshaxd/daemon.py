@@ -56,9 +56,7 @@ class DaemonError(Exception):
 
 def run_daemon(loaded: LoadedConfig) -> int:
     """Serve until stopped; 0 after a clean stop, 1 when the daemon cannot start."""
-    if loaded.config.logging.level != "debug":
-        # httpx logs every scrape at INFO: several lines a second of noise.
-        logging.getLogger("httpx").setLevel(logging.WARNING)
+    apply_log_level(loaded.config.logging.level)
     try:
         return asyncio.run(Daemon(loaded).run())
     except (DaemonError, ControlSocketError, BindError) as exc:
@@ -67,6 +65,16 @@ def run_daemon(loaded: LoadedConfig) -> int:
     except ConfigError as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
         return 2
+
+
+def apply_log_level(level: str) -> None:
+    """Set the daemon's log level (``logging.level``, also changed at run time)."""
+    logging.getLogger().setLevel(level.upper())
+    # httpx logs every scrape at INFO (several lines a second), and each of the two uvicorn
+    # servers announces itself: only at debug are those worth reading.
+    quiet = logging.NOTSET if level == "debug" else logging.WARNING
+    for name in ("httpx", "uvicorn.error"):
+        logging.getLogger(name).setLevel(quiet)
 
 
 class Daemon:
@@ -235,7 +243,7 @@ class Daemon:
     def _on_config_change(self, change: ConfigChangeModel) -> None:
         level = change.changed.get("logging.level")
         if isinstance(level, str):
-            logging.getLogger().setLevel(level.upper())
+            apply_log_level(level)
         interval = change.changed.get("monitor.interval")
         if interval is not None:
             self.monitor.set_interval(float(interval))
