@@ -198,6 +198,7 @@ class Daemon:
         if not draining.done():
             draining.cancel()
             await asyncio.gather(draining, return_exceptions=True)
+            api.force_exit = control.force_exit = True  # uvicorn stops waiting for connections
             await self.conductor.stop(0)
         await asyncio.gather(*servers, return_exceptions=True)
         log.info("syshaxd stopped")

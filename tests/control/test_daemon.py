@@ -300,3 +300,22 @@ def test_socket_activated_api(start_daemon: Any) -> None:
     assert resp.status_code == 200, daemon.log_text()
     assert "socket-activated" in daemon.log_text()
     assert daemon.stop() == 0
+
+
+def test_a_busy_api_port_is_a_clear_error_and_leaves_no_socket(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    assert daemon.stop() == 0
+    busy = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    busy.bind(("127.0.0.1", 0))
+    busy.listen(1)
+    try:
+        data = yaml.safe_load(daemon.config_path.read_text())
+        data["services"]["conductor"]["port"] = busy.getsockname()[1]
+        daemon.config_path.write_text(yaml.safe_dump(data))
+        result = run_syshaxd(daemon.config_path, daemon.env)
+    finally:
+        busy.close()
+    assert result.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{data['services']['conductor']['port']}" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not daemon.socket_path.exists()
