@@ -79,6 +79,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pair.set_defaults(func=cmd_pair)
     profiles = sub.add_parser("profiles", help="list the shipped device profiles and their headline numbers")
     profiles.set_defaults(func=cmd_profiles)
+    replay = sub.add_parser("replay", help="replay a trace through simulated engines and a policy, in virtual time")
+    replay.add_argument("--trace", default="azure-conv", help="azure-conv, sharegpt, arxiv, or a CSV path (default azure-conv)")
+    replay.add_argument("--limit", type=int, default=2000, help="requests to replay (default 2000)")
+    replay.add_argument("--rate", type=float, help="requests/s (length-only traces: Poisson rate; timestamped: rescale)")
+    replay.add_argument("--policy", default="classic", help="classic, adaptive, gpu-only, cpu-only, round-robin")
+    replay.add_argument("--gpu", action="append", default=[], metavar="PROFILE", help="a GPU engine (repeatable; default gpu-a100)")
+    replay.add_argument("--cpu", action="append", default=[], metavar="PROFILE", help="a CPU engine (repeatable; default cpu-kunpeng920-q4)")
+    replay.add_argument("--handoff", default="syshax", choices=["syshax", "kv-transfer", "llamacpp-slots", "recompute"])
+    replay.add_argument("--seed", type=int, default=0, help="seed of drawn arrivals (default 0)")
+    replay.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a decider limit, e.g. auto_pd_offload=true or cpu_max_batch_size=10 (repeatable)")
+    replay.add_argument("--json", type=Path, metavar="PATH", help="also write the summary and per-request records here")
+    replay.set_defaults(func=cmd_replay)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -172,6 +185,13 @@ def cmd_profiles(args: argparse.Namespace) -> int:
                       f"{timing.prefill_time(p, 2048):.3g} s")
     Console().print(table)
     return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    """Replay a trace in virtual time and print the summary."""
+    from syshaxd.cli._replay import replay
+
+    return replay(args)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -74,10 +74,8 @@ class Seq:
     imported: bool = False
     prefill_done: int = 0  # prompt tokens this engine computed (not imported)
 
-    @property
-    def rid(self) -> str:
-        """The request id."""
-        return self.req.rid
+    def __post_init__(self) -> None:
+        self.rid = self.req.rid  # read in every step: a plain attribute is faster than a property
 
 
 @dataclass
@@ -196,12 +194,13 @@ class EngineCore:
         if seq.state is State.HELD:
             self.release(rid)
             return seq
-        for queue in (self.running, self.loading):
-            if seq in queue:
-                queue.remove(seq)
-        if seq in self.waiting:
+        if seq.state is State.RUNNING:
+            self.running.remove(seq)
+        elif seq.state is State.LOADING:
+            self.loading.remove(seq)
+        elif seq.state is State.WAITING:
             self.waiting.remove(seq)
-        if seq in self.swapped:
+        elif seq.state is State.SWAPPED:
             self.swapped.remove(seq)
             self.free_swap += seq.swap_blocks
             seq.swap_blocks = 0
@@ -421,14 +420,17 @@ class EngineCore:
             return self.step()
         batch = len(self.running)
         k_max = min(s.req.max_new_tokens - s.generated for s in self.running)
-        lo, hi = 0, k_max  # largest k whose new blocks fit
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if self._extra_blocks(mid) <= self.free_blocks:
-                lo = mid
-            else:
-                hi = mid - 1
-        k_max = lo
+        # every sequence needs at most one new block per block_size steps: this many always fit
+        k_safe = (self.free_blocks // batch) * self.block_size
+        if k_safe < k_max:
+            lo, hi = k_safe, k_max  # largest k whose new blocks fit
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if self._extra_blocks(mid) <= self.free_blocks:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            k_max = lo
         if k_max <= 1:
             return self.step()
         ctx = sum(s.num_computed for s in self.running)

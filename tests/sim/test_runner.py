@@ -1,0 +1,173 @@
+"""The virtual-time runner with small routing functions of our own."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
+from syshaxd.sim.profile import load_profile
+from syshaxd.sim.runner import EngineSpec, RunOptions, run
+from syshaxd.sim.traces import TraceError, TraceRequest, burst, load_trace, synthetic
+from syshaxd.snapshot import Snapshot
+
+GPU = EngineSpec("gpu0", "gpu", load_profile("gpu-a100"))
+CPU = EngineSpec("cpu0", "cpu", load_profile("cpu-kunpeng920-q4"))
+
+
+def to(device: str, mode: Mode = Mode.WHOLE, limit: int | None = None):  # type: ignore[no-untyped-def]
+    def policy(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        return Decision(device, mode, limit, f"always {device}")  # type: ignore[arg-type]
+    return policy
+
+
+def test_same_inputs_same_result() -> None:
+    work = synthetic(300, rate=1.0, prompt_tokens=100, output_tokens=60, spread=0.5, seed=3)
+
+    def alternate(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        return Decision("gpu" if int(req.request_id) % 3 else "cpu", Mode.WHOLE, 40, "alternate")
+
+    a = run(work, [GPU, CPU], alternate).to_json(with_requests=True)
+    b = run(work, [GPU, CPU], alternate).to_json(with_requests=True)
+    assert a == b
+    assert a["summary"]["completed"] == 300
+
+
+def test_ten_thousand_requests_complete() -> None:
+    work = synthetic(10_000, rate=3.0, prompt_tokens=600, output_tokens=150, spread=0.6, seed=1)
+    result = run(work, [GPU, CPU], to("gpu"))
+    assert result.summary.completed == 10_000
+    assert result.summary.output_tokens == sum(r.output_tokens for r in work)
+    assert 0 < result.summary.devices["gpu"].utilisation <= 1
+    assert result.summary.ttft["p50"] < result.summary.e2e["p50"]
+
+
+def test_no_capacity_queues_and_asks_again_when_something_finishes() -> None:
+    seen: list[int] = []
+
+    def two_at_a_time(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        gpu = snap.on("gpu")[0]
+        seen.append(gpu.inflight)
+        if gpu.inflight >= 2:
+            return Decision(None, Mode.WHOLE, None, "full")
+        return Decision("gpu", Mode.WHOLE, None, "room")
+
+    result = run(burst(8, 500, 50), [GPU], two_at_a_time)
+    assert result.summary.completed == 8
+    assert result.decisions["queued"] == 6  # two are routed, the rest wait in order
+    assert max(seen) == 2
+    ttfts = sorted(r.ttft for r in result.requests if r.ttft is not None)
+    assert ttfts[-1] > 3 * ttfts[0]  # the last waited for three rounds to finish
+
+
+@pytest.mark.parametrize("handoff,gpu_tokens", [("syshax", 2), ("recompute", 1), ("kv-transfer", 0), ("llamacpp-slots", 0)])
+def test_pd_split_prefills_on_the_gpu_and_decodes_on_the_cpu(handoff: str, gpu_tokens: int) -> None:
+    work = burst(3, 2048, 40)
+    split = run(work, [GPU, CPU], to("cpu", Mode.PD_SPLIT), Limits(handoff=handoff))  # type: ignore[arg-type]
+    whole_cpu = run(work, [GPU, CPU], to("cpu"))
+    assert split.summary.completed == 3
+    for r in split.requests:
+        assert r.route == "split"
+        assert r.gpu_tokens == gpu_tokens and r.cpu_tokens == 40 - gpu_tokens
+    # the CPU never prefills 2048 tokens itself unless the protocol makes it recompute
+    assert split.summary.ttft["mean"] < whole_cpu.summary.ttft["mean"] / 5
+
+
+def test_cpu_token_limit_asks_the_policy_again() -> None:
+    generated: list[int] = []
+
+    def cpu_in_tens(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        generated.append(req.generated_tokens)
+        return Decision("cpu", Mode.WHOLE, 10, "segments of ten")
+
+    result = run([TraceRequest(0.0, 50, 35)], [GPU, CPU], cpu_in_tens)
+    record = result.requests[0]
+    assert record.outcome == "ok" and record.output_tokens == 35 and record.cpu_tokens == 35
+    assert record.reasks == 3
+    assert generated == [0, 10, 20, 30]
+
+
+def test_full_queue_rejects_and_timeout_ends_requests() -> None:
+    def never(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        return Decision(None, Mode.WHOLE, None, "never")
+
+    result = run(burst(5, 100, 10), [GPU], never, options=RunOptions(max_queue=2, timeout=30.0))
+    assert result.summary.rejected == 3 and result.summary.timed_out == 2 and result.summary.completed == 0
+
+
+def test_policy_sees_scraped_metrics_and_live_counts() -> None:
+    snaps: list[Snapshot] = []
+
+    def watch(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        snaps.append(snap)
+        return Decision("gpu", Mode.WHOLE, None, "watch")
+
+    run(synthetic(200, rate=10.0, prompt_tokens=1000, output_tokens=200, seed=2), [GPU], watch)
+    late = [s.engines[0] for s in snaps if s.taken_at > 5]
+    assert any((v.metrics.decode_tps or 0) > 0 for v in late)
+    assert any((v.metrics.kv_cache_usage or 0) > 0 for v in late)
+    assert any(v.inflight > 0 for v in late)
+    assert all(v.metrics.running is not None for v in late)
+
+
+def test_too_long_requests_are_errors_not_hangs() -> None:
+    result = run([TraceRequest(0.0, 9000, 10), TraceRequest(0.0, 100, 10)], [GPU], to("gpu"))
+    assert [r.outcome for r in result.requests] == ["error", "ok"]
+
+
+def test_device_shares_and_utilisation() -> None:
+    work = synthetic(400, rate=0.5, prompt_tokens=30, output_tokens=40, seed=4)
+
+    def by_index(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        return Decision("cpu" if int(req.request_id) % 4 == 0 else "gpu", Mode.WHOLE, None, "quarter")
+
+    s = run(work, [GPU, CPU], by_index).summary
+    assert s.routes == {"gpu": 300, "cpu": 100}
+    assert s.devices["cpu"].request_share == pytest.approx(0.25)
+    assert s.devices["gpu"].token_share == pytest.approx(0.75)
+    assert 0 < s.devices["cpu"].utilisation <= 1 and 0 < s.devices["gpu"].utilisation <= 1
+
+
+def test_azure_trace_keeps_its_arrival_times() -> None:
+    work = load_trace("azure-conv", limit=500)
+    assert len(work) == 500 and work[0].arrival == 0.0
+    assert all(a.arrival <= b.arrival for a, b in zip(work, work[1:], strict=False))
+    assert (work[1].prompt_tokens, work[1].output_tokens) == (396, 109)
+    denser = load_trace("azure-conv", limit=500, time_scale=0.5)
+    assert denser[-1].arrival == pytest.approx(work[-1].arrival / 2)
+    at_rate = load_trace("azure-conv", limit=500, rate=2.0)
+    assert (len(at_rate) - 1) / at_rate[-1].arrival == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("name", ["sharegpt", "arxiv"])
+def test_length_traces_get_seeded_poisson_arrivals(name: str) -> None:
+    a = load_trace(name, limit=2000, rate=5.0, seed=1)
+    assert a == load_trace(name, limit=2000, rate=5.0, seed=1)
+    assert a != load_trace(name, limit=2000, rate=5.0, seed=2)
+    assert (len(a) - 1) / a[-1].arrival == pytest.approx(5.0, rel=0.1)
+
+
+def test_unreadable_traces_are_clear_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="unknown trace format"):
+        load_trace(str(bad))
+    with pytest.raises(TraceError, match="cannot read trace"):
+        load_trace(str(tmp_path / "absent.csv"))
+    broken = tmp_path / "y.csv"
+    broken.write_text("num_prefill_tokens,num_decode_tokens\n5,x\n", encoding="utf-8")
+    with pytest.raises(TraceError, match="y.csv:2"):
+        load_trace(str(broken))
+
+
+def test_synthetic_rate_and_lengths() -> None:
+    work = synthetic(5000, rate=8.0, prompt_tokens=100, output_tokens=20, seed=9)
+    assert (len(work) - 1) / work[-1].arrival == pytest.approx(8.0, rel=0.05)
+    assert {r.prompt_tokens for r in work} == {100}
+    bursty = synthetic(5000, rate=8.0, cv=3.0, seed=9)
+    gaps = [b.arrival - a.arrival for a, b in zip(bursty, bursty[1:], strict=False)]
+    mean = sum(gaps) / len(gaps)
+    cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean
+    assert cv > 2
