@@ -69,6 +69,7 @@ class EngineMetrics:
     # Filled by the monitor's rate tracker from counter deltas over its window:
     finish_rate: float | None = None  # requests finished per second
     tpot_recent: float | None = None  # mean seconds per output token of recent tokens, per request
+    tpot_batch: float | None = None  # mean number of requests decoding while tpot_recent was measured
     ttft_recent: float | None = None  # mean time to first token of recently started requests
 
     def histogram(self, name: str) -> HistogramData | None:

@@ -49,47 +49,59 @@ class RateTracker:
     """Turns one engine's successive records into rates over the last ``window`` seconds.
 
     Args:
-        window: seconds of history the rates average over (at least the last two scrapes
-            are always used, however far apart).
+        window: seconds of history token and request rates average over (at least the
+            last two scrapes are always used, however far apart).
+        latency_window: seconds the TPOT/TTFT means average over: longer, because one long
+            prefill stalls every decode for a moment and a short window makes that a trend.
     """
 
-    def __init__(self, window: float = 5.0) -> None:
+    def __init__(self, window: float = 5.0, latency_window: float = 30.0) -> None:
         self.window = window
+        self.latency_window = latency_window
         self._counters: dict[str, _Counter] = {}
         self._history: deque[tuple[float, dict[str, float]]] = deque()
         self._tpot: float | None = None
+        self._tpot_batch: float | None = None
         self._ttft: float | None = None
 
     def reset(self) -> None:
         """Forget all history (the next record starts afresh)."""
         self._counters.clear()
         self._history.clear()
-        self._tpot = self._ttft = None
+        self._tpot = self._tpot_batch = self._ttft = None
 
     def update(self, metrics: EngineMetrics, now: float) -> EngineMetrics:
         """Record a scrape taken at ``now`` (seconds, monotonic) and return it with rates filled.
 
         ``prefill_tps``/``decode_tps`` the dialect read from a gauge stay; otherwise they
         come from counter deltas. ``tpot_recent``/``ttft_recent`` are the means of what
-        finished inside the window, and keep their last value while nothing new happens.
+        happened inside the latency window (``tpot_batch`` the mean number of requests
+        decoding meanwhile), and keep their last value while nothing new happens.
         """
         if self._history and now <= self._history[-1][0]:
             return self._fill(metrics, {})  # clock did not advance: no new information
         adjusted = {key: self._counters.setdefault(key, _Counter()).feed(value) for key, value in _counters(metrics).items()}
         self._history.append((now, adjusted))
-        while len(self._history) > 2 and now - self._history[1][0] >= self.window:
+        keep = max(self.window, self.latency_window)
+        while len(self._history) > 2 and now - self._history[1][0] >= keep:
             self._history.popleft()
-        return self._fill(metrics, self._deltas(now, adjusted))
-
-    def _deltas(self, now: float, adjusted: dict[str, float]) -> dict[str, tuple[float, float]]:
-        """Per counter: (increase, seconds) against the oldest point in the window holding it."""
-        out: dict[str, tuple[float, float]] = {}
+        deltas: dict[str, tuple[float, float]] = {}
         for key, value in adjusted.items():
-            for then, old in self._history:
-                if then < now and key in old:
-                    out[key] = (value - old[key], now - then)
-                    break
-        return out
+            window = self.latency_window if key.startswith(("tpot_", "ttft_")) else self.window
+            base = self._baseline(now, key, window)
+            if base is not None:
+                deltas[key] = (value - base[1], now - base[0])
+        return self._fill(metrics, deltas)
+
+    def _baseline(self, now: float, key: str, window: float) -> tuple[float, float] | None:
+        """The newest earlier point at least ``window`` old, else the oldest one holding ``key``."""
+        best: tuple[float, float] | None = None
+        for then, old in self._history:
+            if then >= now or key not in old:
+                continue
+            if now - then >= window or best is None:
+                best = (then, old[key])
+        return best
 
     def _fill(self, metrics: EngineMetrics, deltas: dict[str, tuple[float, float]]) -> EngineMetrics:
         def rate(key: str) -> float | None:
@@ -105,7 +117,12 @@ class RateTracker:
             value = total[0] / n[0]
             return value if math.isfinite(value) and value >= 0 else None
 
-        self._tpot = mean("tpot") or self._tpot
+        tpot = mean("tpot")
+        if tpot:
+            self._tpot = tpot
+            # The gaps between tokens add up, per request, to the time it spent decoding:
+            # their sum over the window's length is how many requests decoded at once.
+            self._tpot_batch = rate("tpot_sum")
         self._ttft = mean("ttft") or self._ttft
         return replace(
             metrics,
@@ -113,5 +130,6 @@ class RateTracker:
             decode_tps=metrics.decode_tps if metrics.decode_tps is not None else rate("generation"),
             finish_rate=rate("finished"),
             tpot_recent=self._tpot,
+            tpot_batch=self._tpot_batch,
             ttft_recent=self._ttft,
         )

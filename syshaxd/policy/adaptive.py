@@ -13,9 +13,13 @@ live rates, the conductor's in-flight accounting and the defaults in
   prefills the prompt again, so only short prompts qualify.
 
 Each option's SLO cost is ``max(ttft / ttft_target, tpot / tpot_target)`` (<= 1 meets
-both targets). The GPU is the default; the request leaves it only for an option that
-meets both targets *and* costs less by a margin — a stateless hysteresis, so decisions do
-not flap when the estimates are close. Without a usable GPU the CPU serves what it can.
+both targets). The GPU is the default: a request leaves it only when the GPU would miss a
+target and another option meets both *and* costs less by a margin — a stateless
+hysteresis, so decisions do not flap when the estimates are close. ``gpu_max_batch_size``,
+when set, is where the operator wants work to move: past it any option that meets the
+targets is preferred, but the GPU still takes what nothing else can serve well (adaptive
+never holds a request back from a usable GPU). Without a usable GPU the CPU serves what it
+can.
 """
 
 from __future__ import annotations
@@ -71,6 +75,8 @@ class Options:
     cpu_engine: str | None
     #: CPU whole without the length and budget rules (used only when no GPU is usable).
     cpu_anyway: Option | None = None
+    #: Why the GPU is past the operator's ``gpu_max_batch_size``, if it is.
+    gpu_at_limit: str | None = None
 
 
 def secs(value: float) -> str:
@@ -91,6 +97,7 @@ def estimate_options(
 
     gpu = pick_engine(snapshot, "gpu")
     gpu_part = g_tpot = 0.0
+    at_limit: str | None = None
     if gpu is None:
         why["gpu"] = why["pd_split"] = "no usable GPU engine"
     else:
@@ -108,16 +115,15 @@ def estimate_options(
         gpu_part = wait + gm.prefill(prompt)
         cap = limits.gpu_max_batch_size
         if cap is not None and load >= cap:
-            why["gpu"] = f"gpu at batch limit {cap}"
-        else:
-            ttft = gpu_part + g_tpot
-            est["gpu"] = Option("gpu", ttft, g_tpot, ttft + (out - 1) * g_tpot, note)
+            at_limit = f"gpu at batch limit {cap}"
+        ttft = gpu_part + g_tpot
+        est["gpu"] = Option("gpu", ttft, g_tpot, ttft + (out - 1) * g_tpot, note)
 
     cpu = pick_engine(snapshot, "cpu")
     if cpu is None:
         why["cpu"] = "no usable CPU engine"
         why.setdefault("pd_split", "no usable CPU engine")
-        return Options(est, why, gpu.name if gpu else None, None)
+        return Options(est, why, gpu.name if gpu else None, None, gpu_at_limit=at_limit)
 
     cm = device_model(cpu, CPU_DEFAULTS, tuning)
     c_load = busy(cpu)
@@ -128,7 +134,7 @@ def estimate_options(
         why["cpu"] = f"cpu has {cpu.waiting} waiting"
     if "cpu" in why:
         why.setdefault("pd_split", why["cpu"])
-        return Options(est, why, gpu.name if gpu else None, cpu.name)
+        return Options(est, why, gpu.name if gpu else None, cpu.name, gpu_at_limit=at_limit)
 
     whole_ttft = cm.prefill(cpu.scheduled_prompt_tokens) + cm.prefill(prompt) + c_tpot
     anyway = Option("cpu", whole_ttft, c_tpot, whole_ttft + (out - 1) * c_tpot)
@@ -145,7 +151,7 @@ def estimate_options(
             est["cpu"] = anyway
         if gpu is not None:
             _split(est, why, prompt, out, gpu_part, g_tpot, c_tpot, cm, limits, tuning)
-    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway)
+    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway, gpu_at_limit=at_limit)
 
 
 def _split(
@@ -196,12 +202,21 @@ def decide(
     feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
     best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
     if gpu is not None:
-        if best is not None and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin):
-            return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; gpu would be {gpu.summary()}")
-        return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {_alternative(opts, limits)}")
+        # The GPU is the better device for anything it serves within the targets; a request
+        # leaves it only when it would miss them there and the alternative clearly does not,
+        # or when the GPU is past the operator's batch limit and an alternative meets them.
+        limit = opts.gpu_at_limit
+        if best is not None and (
+            limit is not None
+            or (not gpu.meets(limits) and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin))
+        ):
+            why_not_gpu = limit or f"gpu would be {gpu.summary()}"
+            return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why_not_gpu}")
+        prefix = f"{limit}, nothing better; " if limit else ""
+        return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {prefix}{_alternative(opts, limits)}")
     if best is not None:
         return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why['gpu']}")
-    if opts.gpu_engine is None and opts.cpu_anyway is not None:
+    if opts.cpu_anyway is not None:
         # No usable GPU at all: the CPU serves what it can rather than let requests time out.
         return _decision(opts.cpu_anyway, opts.cpu_engine, f"cpu: no usable GPU engine; est {opts.cpu_anyway.summary()}")
     return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")

@@ -13,12 +13,15 @@ prefill, prompt tokens/s       6000       30         GPU: TP2 A100 1K tokens ~0.
                                                      15-50 tok/s estimate (Kunpeng 920)
 time per output token, B=1     0.029 s    0.10 s     GPU: measured 29.2 ms; CPU: q4_0
                                                      8-12 tok/s estimate
-growth of TPOT per extra       1.2 %      33 %       GPU: 35 ms + 0.33 ms x B fit; CPU:
-request in the batch                                 batching raises throughput 2-4x
+growth of TPOT per extra       1.6 %      2 %        GPU: 35 ms + 0.33 ms x B fit at B=45;
+request while memory-bound                           CPU: weights dominate the bytes read
+batch where compute binds      256        3          CPU: "batching raises the aggregate
+(TPOT then grows with B)                             2-4x until compute binds"
 =============================  =========  =========  ====================================
 
-TPOT at batch B is ``tpot1 * (1 + growth * (B - 1))``. A live TPOT (``tpot_recent``, or
-``running / decode_tps``) measured at the engine's current batch is turned back into
+TPOT at batch B is ``tpot1 * max(1 + growth * (B - 1), B / knee)``: flat-ish while the
+step is memory-bound, proportional to B once compute binds. A live TPOT (``tpot_recent``,
+or ``running / decode_tps``) measured at the engine's current batch is turned back into
 ``tpot1`` with the same formula, so the estimate follows the real engine.
 """
 
@@ -35,11 +38,17 @@ class DeviceDefaults:
 
     prefill_tps: float  # prompt tokens/s of one prefill
     tpot1: float  # seconds per output token with nothing else running
-    growth: float  # relative TPOT increase per extra request in the batch
+    growth: float  # relative TPOT increase per extra request while memory-bound
+    knee: float  # batch size from which compute binds and TPOT grows with the batch
+
+    def shape(self, batch: float) -> float:
+        """TPOT at ``batch`` relative to TPOT at batch 1."""
+        b = max(1.0, batch)
+        return max(1.0 + self.growth * (b - 1), b / self.knee)
 
 
-GPU_DEFAULTS = DeviceDefaults(prefill_tps=6000.0, tpot1=0.029, growth=0.012)
-CPU_DEFAULTS = DeviceDefaults(prefill_tps=30.0, tpot1=0.10, growth=0.33)
+GPU_DEFAULTS = DeviceDefaults(prefill_tps=6000.0, tpot1=0.029, growth=0.016, knee=256.0)
+CPU_DEFAULTS = DeviceDefaults(prefill_tps=30.0, tpot1=0.10, growth=0.02, knee=3.0)
 
 
 @dataclass(frozen=True)
@@ -72,12 +81,12 @@ class DeviceModel:
 
     prefill_tps: float
     tpot1: float
-    growth: float
+    defaults: DeviceDefaults
     live: bool  # tpot1 comes from the engine's own numbers
 
     def tpot(self, batch: int) -> float:
         """Seconds per output token with ``batch`` requests decoding together."""
-        return self.tpot1 * (1.0 + self.growth * (max(1, batch) - 1))
+        return self.tpot1 * self.defaults.shape(batch)
 
     def prefill(self, tokens: float) -> float:
         """Seconds to prefill ``tokens`` prompt tokens."""
@@ -85,21 +94,30 @@ class DeviceModel:
 
 
 def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DEFAULT_TUNING) -> DeviceModel:
-    """Speeds of one engine: live numbers when it reports them, else the defaults."""
+    """Speeds of one engine: live numbers when it reports them, else the defaults.
+
+    A measured TPOT is divided by the TPOT shape at the batch it was measured at:
+    ``tpot_batch`` when the engine's histograms give it; otherwise the current batch, but
+    at most the knee — a burst that just arrived was not yet in the measurement, and
+    assuming it was would make a busy CPU look faster than it is.
+    """
     m = view.metrics
     # An observed prefill rate is demand, not capacity: it can only show the device is faster.
     prefill = max(defaults.prefill_tps, m.prefill_tps or 0.0)
     observed: float | None = None
-    batch = max(1, m.running or 0)
+    batch = float(min(max(1, m.running or 0), defaults.knee))
     if m.tpot_recent is not None and m.tpot_recent > 0:
         observed = m.tpot_recent
+        if m.tpot_batch is not None and m.tpot_batch > 0:
+            batch = max(1.0, m.tpot_batch)
     elif m.decode_tps and m.decode_tps > 0 and m.running:
         observed = m.running / m.decode_tps
+        batch = float(m.running)  # measured over the same few seconds as the batch
     if observed is None:
-        return DeviceModel(prefill, defaults.tpot1, defaults.growth, live=False)
-    tpot1 = observed / (1.0 + defaults.growth * (batch - 1))
+        return DeviceModel(prefill, defaults.tpot1, defaults, live=False)
+    tpot1 = observed / defaults.shape(batch)
     low, high = defaults.tpot1 / tuning.max_deviation, defaults.tpot1 * tuning.max_deviation
-    return DeviceModel(prefill, min(high, max(low, tpot1)), defaults.growth, live=True)
+    return DeviceModel(prefill, min(high, max(low, tpot1)), defaults, live=True)
 
 
 def remaining_tokens(view: EngineView, tuning: Tuning = DEFAULT_TUNING) -> float:

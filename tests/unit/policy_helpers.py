@@ -15,6 +15,7 @@ def engine(
     kv: float | None = None,
     tps: float | None = None,
     tpot: float | None = None,
+    tpot_batch: float | None = None,
     prefill_tps: float | None = None,
     state: EngineState = EngineState.UP,
     enabled: bool = True,
@@ -30,7 +31,7 @@ def engine(
         dialect="vllm-v1",
         state=state,
         metrics=EngineMetrics(
-            kv_cache_usage=kv, running=running, waiting=waiting, decode_tps=tps, tpot_recent=tpot,
+            kv_cache_usage=kv, running=running, waiting=waiting, decode_tps=tps, tpot_recent=tpot, tpot_batch=tpot_batch,
             prefill_tps=prefill_tps,
         ),
         enabled=enabled,

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from syshaxd.policy import Limits, Mode, RequestFeatures, adaptive, classic, get_policy
 from syshaxd.policy.adaptive import decide, estimate_options, secs
 from syshaxd.policy.estimates import CPU_DEFAULTS, GPU_DEFAULTS, Tuning
-from syshaxd.snapshot import EngineState
+from syshaxd.snapshot import EngineState, EngineView
 from tests.unit.policy_helpers import engine, snap
 
 SHORT = RequestFeatures(prompt_tokens=50, max_tokens=100)
@@ -47,13 +47,24 @@ def test_long_prompt_on_a_gpu_at_its_limit_classic_prefills_on_cpu_adaptive_spli
     assert "gpu at batch limit 8" in d.reason
 
 
-def test_long_prompt_with_recompute_handoff_waits_for_the_gpu_instead_of_cpu_prefill() -> None:
+def test_long_prompt_past_the_gpu_limit_stays_on_gpu_rather_than_prefill_on_cpu() -> None:
     gpu = engine("gpu0", "gpu", running=8)
-    limits = Limits(gpu_max_batch_size=8, handoff="recompute")
+    limits = Limits(gpu_max_batch_size=8, handoff="recompute")  # a split would re-prefill on the CPU
     d = adaptive(snap(gpu, CPU_IDLE), LONG_PROMPT, limits)
-    assert d.device is None
-    assert "gpu at batch limit 8" in d.reason
-    assert "too long to prefill on the cpu" in d.reason
+    assert (d.device, d.mode) == ("gpu", Mode.WHOLE)
+    assert "gpu at batch limit 8, nothing better" in d.reason
+    assert d.reason.endswith("cpu not an option: prompt of 2000 tokens is too long to prefill on the cpu")
+
+
+def test_past_the_gpu_limit_a_short_request_moves_even_though_the_gpu_would_meet_targets() -> None:
+    gpu = engine("gpu0", "gpu", running=4)
+    limits = Limits(gpu_max_batch_size=4)
+    opts = estimate_options(snap(gpu, CPU_IDLE), SHORT, limits)
+    assert opts.estimates["gpu"].meets(limits)
+    d = adaptive(snap(gpu, CPU_IDLE), SHORT, limits)
+    assert (d.device, d.mode) == ("cpu", Mode.WHOLE)
+    assert d.reason.endswith("; gpu at batch limit 4")
+    assert adaptive(snap(engine("gpu0", "gpu", running=3), CPU_IDLE), SHORT, limits).device == "gpu"
 
 
 def test_long_prompt_when_gpu_is_at_max_num_seqs_but_not_queueing_stays_on_gpu() -> None:
@@ -109,21 +120,30 @@ def test_cpu_tpot_target_protects_the_cpu_batch() -> None:
 def test_live_rates_replace_the_defaults() -> None:
     slow_gpu = engine("gpu0", "gpu", running=1, tpot=0.06)
     d = adaptive(snap(slow_gpu, CPU_IDLE), SHORT, Limits())
-    tpot = 0.06 * (1 + GPU.growth)  # measured at batch 1, the request makes it 2
+    tpot = 0.06 * GPU.shape(2)  # measured at batch 1, the request makes it 2
     assert d.est_e2e == pytest.approx(50 / GPU.prefill_tps + tpot + 99 * tpot)
     fast_cpu = engine("cpu0", "cpu", running=2, tps=40.0)  # 20 tok/s each at batch 2
     cpu = estimate_options(snap(slow_gpu, fast_cpu), SHORT, Limits()).estimates["cpu"]
-    assert cpu.tpot == pytest.approx(0.05 / (1 + CPU.growth) * (1 + 2 * CPU.growth))
+    assert cpu.tpot == pytest.approx(0.05 / CPU.shape(2) * CPU.shape(3))
+
+
+def _gpu_with_ttft(seconds: float) -> EngineView:
+    """A GPU whose estimated TTFT for SHORT is ``seconds``: prompts queued ahead of it."""
+    queued = (seconds - 50 / GPU.prefill_tps - GPU.tpot1 * GPU.shape(3)) * GPU.prefill_tps
+    return engine("gpu0", "gpu", running=1, scheduled=1, prompt_tokens=int(queued))
 
 
 def test_margin_keeps_the_gpu_when_the_alternative_is_only_slightly_better() -> None:
-    gpu = engine("gpu0", "gpu", running=40, waiting=12, kv=0.7)
-    limits = Limits(gpu_max_batch_size=64)
-    opts = estimate_options(snap(gpu, CPU_IDLE), SHORT, limits)
+    cpu = engine("cpu0", "cpu", running=4)  # TPOT 0.1 x 5/3 = 167 ms: cost 0.83
+    limits = Limits()
+    gpu = _gpu_with_ttft(5.1)  # misses the 5 s target by a little: cost 1.02
+    opts = estimate_options(snap(gpu, cpu), SHORT, limits)
     g, c = opts.estimates["gpu"].cost(limits), opts.estimates["cpu"].cost(limits)
-    assert c < g < c / 0.8  # cpu is better, but by less than the 20% margin
-    assert decide(snap(gpu, CPU_IDLE), SHORT, limits).device == "gpu"
-    assert decide(snap(gpu, CPU_IDLE), SHORT, limits, Tuning(margin=0.0)).device == "cpu"
+    assert c < 1 < g < c / 0.8  # the CPU meets the targets, but is better by less than 20%
+    assert decide(snap(gpu, cpu), SHORT, limits).device == "gpu"
+    assert decide(snap(gpu, cpu), SHORT, limits, Tuning(margin=0.0)).device == "cpu"
+    d = decide(snap(_gpu_with_ttft(6.0), cpu), SHORT, limits)
+    assert d.device == "cpu" and "gpu would be ttft 6.0s" in d.reason
 
 
 def test_healthy_gpu_keeps_everything_even_when_cpu_would_meet_targets() -> None:
@@ -205,15 +225,38 @@ _ENGINE = st.builds(
     st.sampled_from(["syshax", "kv-transfer", "llamacpp-slots", "recompute"]),
     st.one_of(st.none(), st.integers(1, 64)),
 )
-def test_adaptive_always_decides_and_never_starves_a_usable_uncapped_gpu(
+def test_adaptive_always_decides_and_never_holds_back_from_a_usable_gpu(
     engines: list, prompt: int, max_tokens: int, handoff: str, cap: int | None  # type: ignore[type-arg]
 ) -> None:
     s = snap(*engines)
     limits = Limits(handoff=handoff, gpu_max_batch_size=cap)  # type: ignore[arg-type]
     d = adaptive(s, RequestFeatures(prompt_tokens=prompt, max_tokens=max_tokens), limits)
-    if s.usable("gpu") and cap is None:
+    if s.usable("gpu"):
         assert d.device is not None
     if d.device is not None and d.est_ttft is not None:
         assert d.est_e2e is not None and math.isfinite(d.est_e2e) and d.est_e2e >= d.est_ttft >= 0
     if d.device == "cpu" and d.mode is Mode.WHOLE and s.usable("gpu"):
         assert prompt <= 256  # a long prompt never prefills on the CPU while a GPU is usable
+
+
+@pytest.mark.parametrize(("batch", "relative"), [(1, 1.0), (2, 1.02), (3, 1.04), (4, 4 / 3), (6, 2.0)])
+def test_cpu_tpot_is_flat_until_compute_binds_then_grows_with_the_batch(batch: int, relative: float) -> None:
+    assert CPU.shape(batch) == pytest.approx(relative)
+
+
+def test_gpu_tpot_follows_the_measured_fit() -> None:
+    # calibration: ~29 ms at B=1, ~35 ms + 0.33 ms x B for B = 10..45 (45 -> ~50 ms)
+    assert GPU.tpot1 * GPU.shape(45) == pytest.approx(0.050, abs=0.003)
+
+
+def test_a_burst_not_yet_in_the_cpu_measurement_is_not_taken_for_speed() -> None:
+    # 0.11 s/token measured, 8 running now: unless the engine says the 0.11 s was measured
+    # with 8 decoding, assume the burst came after the measurement.
+    unsure = engine("cpu0", "cpu", running=8, tpot=0.11)
+    known = engine("cpu0", "cpu", running=8, tpot=0.11, tpot_batch=8.0)
+    est_unsure = estimate_options(snap(DEEP_QUEUE_GPU, unsure), SHORT, Limits()).estimates["cpu"]
+    est_known = estimate_options(snap(DEEP_QUEUE_GPU, known), SHORT, Limits()).estimates["cpu"]
+    assert est_unsure.tpot == pytest.approx(0.11 / CPU.shape(3) * CPU.shape(9))
+    assert est_known.tpot == pytest.approx(0.11 / CPU.shape(8) * CPU.shape(9))
+    assert adaptive(snap(DEEP_QUEUE_GPU, unsure), SHORT, Limits()).device == "gpu"
+    assert adaptive(snap(DEEP_QUEUE_GPU, known), SHORT, Limits()).device == "cpu"

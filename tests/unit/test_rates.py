@@ -111,3 +111,14 @@ def test_reset_forgets_history() -> None:
     t.update(rec(0, 0), now=0.0)
     t.reset()
     assert t.update(rec(0, 100), now=1.0).decode_tps is None
+
+
+def test_latency_means_use_the_longer_latency_window() -> None:
+    t = RateTracker(window=2.0, latency_window=10.0)
+    t.update(rec(0, 0, histograms=(("tpot", hist(0, 0.0)),)), now=0.0)
+    t.update(rec(0, 100, histograms=(("tpot", hist(100, 30.0)),)), now=4.0)  # one slow patch: 0.3 s/token
+    out = t.update(rec(0, 200, histograms=(("tpot", hist(200, 40.0)),)), now=8.0)  # then 0.1 s/token
+    assert out.decode_tps == pytest.approx(25.0)  # rates: the last 4 s only
+    assert out.tpot_recent == pytest.approx(40.0 / 200)  # latency: all 8 s
+    # 40 s of gaps between tokens in 8 s of time: five requests decoding at once on average.
+    assert out.tpot_batch == pytest.approx(5.0)
