@@ -37,7 +37,7 @@ def test_the_doc_has_a_complete_rehearsal() -> None:
     script = "\n".join(blocks)
     assert len(blocks) >= 6
     # The steps of the real deployment each have their stand-in.
-    for needle in ("syshax numa", "syshax sim pair", "syshax init", "syshax config", "syshaxd",
+    for needle in ("syshax numa", "syshax sim pair", "syshax config", "syshax check-config", "syshaxd",
                    "syshax status", "syshax set", "kill -HUP", "kill -TERM", 'rm -rf "$WORK"'):
         assert needle in script, needle
 
