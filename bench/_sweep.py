@@ -1,0 +1,141 @@
+"""The scheduling benchmark's plan: find capacities, measure each device alone, sweep policies.
+
+Three phases, each a batch of independent runs spread over worker processes:
+
+1. **GPU-only capacity** per workload and GPU profile: the highest offered rate at which
+   ``gpu-only`` meets both targets for ``CAPACITY_SHARE`` of the requests (bisection
+   between a tenth of and the GPU's saturated throughput).
+2. **The CPU alone** per workload and CPU profile: ``cpu-only`` at fractions of the CPU's
+   saturated throughput; its best goodput.
+3. **The sweep**: every policy at ``SWEEP`` multiples of the GPU-only capacity.
+
+The ceiling of a scenario is the GPU's best ``gpu-only`` goodput (over every rate tried)
+plus the CPU's best ``cpu-only`` goodput. A run is a pure function of its task, so the
+same seed gives the same report whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import _workloads
+from bench._measure import Summary, summarise
+from bench._run import RunSpec, execute
+from syshaxd.config import Handoff
+
+CAPACITY_SHARE = 0.9
+#: Bisection steps of the capacity search (the bracket shrinks 2^n times).
+CAPACITY_STEPS = 7
+#: Offered rate that saturates any engine here: every request arrives within seconds.
+FLOOD_RATE = 1000.0
+CPU_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a run depends on (picklable: workers rebuild workloads from it)."""
+
+    traces: Path
+    seed: int
+    requests: int
+    ttft_target: float
+    tpot_target: float
+    handoff: Handoff
+
+
+@functools.lru_cache(maxsize=8)
+def _source(name: str, traces: Path) -> _workloads.Source:
+    return _workloads.load(name, traces)
+
+
+def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
+            ) -> tuple[Summary, dict[str, int]]:
+    """Run one policy at one offered rate; its summary and its decisions by kind."""
+    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, settings.requests, settings.seed)
+    spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy, ttft_target=settings.ttft_target,
+                   tpot_target=settings.tpot_target, handoff=settings.handoff)
+    result = execute(spec, reqs)
+    summary = summarise(result.outcomes, offered_rate=rate, ttft_target=settings.ttft_target,
+                        tpot_target=settings.tpot_target, gpu_busy=result.gpu_busy, cpu_busy=result.cpu_busy)
+    return summary, result.decisions
+
+
+def _sig(value: float) -> float:
+    """Three significant digits: capacities print and compare cleanly."""
+    return float(f"{value:.3g}")
+
+
+def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
+    """Phase 1: the GPU-only capacity of one GPU profile on one workload, and its best goodput."""
+    tried: dict[float, Summary] = {}
+
+    def at(rate: float) -> Summary:
+        rate = _sig(rate)
+        if rate not in tried:
+            tried[rate] = measure(settings, workload, gpu, None, "gpu-only", rate)[0]
+        return tried[rate]
+
+    flood = at(FLOOD_RATE)
+    lo, hi = flood.completed_rps / 10, flood.completed_rps
+    if at(lo).attainment < CAPACITY_SHARE:
+        lo = hi = lo  # even a tenth of the saturated rate misses: report it as the capacity
+    elif at(hi).attainment >= CAPACITY_SHARE:
+        lo = hi
+    for _ in range(CAPACITY_STEPS if lo < hi else 0):
+        mid = _sig((lo + hi) / 2)
+        if mid in (_sig(lo), _sig(hi)):
+            break
+        if at(mid).attainment >= CAPACITY_SHARE:
+            lo = mid
+        else:
+            hi = mid
+    # A flood's goodput (its rate times the few that met the targets) is no sustainable rate.
+    best = max((s for r, s in tried.items() if r != FLOOD_RATE), key=lambda s: s.goodput)
+    return {"capacity": _sig(lo), "saturated_rps": flood.completed_rps, "best_goodput": best.goodput,
+            "best_rate": best.offered_rate, "tried": {str(r): s.attainment for r, s in sorted(tried.items())}}
+
+
+def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
+    """Phase 2: ``cpu-only`` at fractions of the CPU's saturated throughput; the best goodput."""
+    flood, _ = measure(settings, workload, None, cpu, "cpu-only", FLOOD_RATE)
+    tried = []
+    for fraction in CPU_FRACTIONS:
+        rate = _sig(max(flood.completed_rps * fraction, 1e-4))
+        tried.append(measure(settings, workload, None, cpu, "cpu-only", rate)[0])
+    best = max(tried, key=lambda s: s.goodput)
+    return {"saturated_rps": flood.completed_rps, "best_goodput": best.goodput, "best_rate": best.offered_rate,
+            "best_attainment": best.attainment}
+
+
+def sweep_run(settings: Settings, workload: str, gpu: str, cpu: str | None, policy: str, factor: float, rate: float
+              ) -> dict[str, Any]:
+    """Phase 3: one policy at one rate of the sweep on one pair of engines."""
+    summary, decisions = measure(settings, workload, gpu, cpu, policy, rate)
+    return {"policy": policy, "rate_factor": factor, **summary.as_dict(), "decisions": decisions}
+
+
+Task = tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]
+
+
+def run_all(tasks: Iterable[Task], jobs: int, on_done: Callable[[], None]) -> list[dict[str, Any]]:
+    """Run tasks (in worker processes when ``jobs`` > 1); results in task order."""
+    tasks = list(tasks)
+    if jobs <= 1:
+        out = []
+        for fn, args in tasks:
+            out.append(fn(*args))
+            on_done()
+        return out
+    results: dict[int, dict[str, Any]] = {}
+    pool: Executor
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures: dict[Future[dict[str, Any]], int] = {pool.submit(fn, *args): i for i, (fn, args) in enumerate(tasks)}
+        for fut in as_completed(futures):
+            results[futures[fut]] = fut.result()
+            on_done()
+    return [results[i] for i in range(len(tasks))]

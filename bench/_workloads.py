@@ -1,0 +1,181 @@
+"""Workloads for the scheduling benchmark: real traces replayed at a chosen request rate.
+
+Three workloads, each a list of requests (arrival second, prompt tokens, output tokens):
+
+- ``azure-conv`` — the Azure LLM inference trace 2023, conversation service (one hour,
+  19,366 requests; Patel et al., "Splitwise", ISCA 2024; CC-BY 4.0): real arrival times
+  and lengths. A window of consecutive requests is replayed with its inter-arrival gaps
+  scaled so that the window's mean rate is the requested one (burstiness is kept).
+- ``sharegpt`` — the ShareGPT length distribution (Sarathi-Serve's "8k filtered" stats,
+  Llama-2 tokenizer; Apache-2.0) with seeded Poisson arrivals: no timestamps exist.
+- ``azure-reasoning`` — the Azure trace with every output multiplied by
+  ``REASONING_SCALE``: a distilled reasoning model (DeepSeek-R1-Distill) writes its think
+  block before the answer, so answers run to thousands of tokens (SOURCES.md: none of the
+  traces comes from a reasoning model).
+
+Every request is made to fit the engines' context (``CONTEXT_LIMIT``): the output is kept
+and the prompt cut, as a client trims its history. The same seed gives the same requests.
+"""
+
+from __future__ import annotations
+
+import csv
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
+SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
+#: sysHAX's guide runs both engines with --max_model_len=8192; leave room for the template.
+CONTEXT_LIMIT = 8192 - 64
+#: Output length multiplier of the reasoning variant: the Azure mean of 211 tokens becomes
+#: ~2,100, its p99 ~6,000 (capped by the context).
+REASONING_SCALE = 10
+WORKLOADS: tuple[str, ...] = ("azure-conv", "sharegpt", "azure-reasoning")
+
+
+class WorkloadError(Exception):
+    """A trace directory or file the benchmark cannot use; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request of a workload."""
+
+    arrival: float  # seconds since the first request
+    prompt_tokens: int
+    output_tokens: int
+
+
+@dataclass(frozen=True)
+class Source:
+    """A trace's rows as loaded: gaps between arrivals (may be empty) and lengths."""
+
+    name: str
+    gaps: tuple[float, ...]  # seconds between consecutive requests; empty = no timestamps
+    lengths: tuple[tuple[int, int], ...]  # (prompt tokens, output tokens)
+    citation: str
+
+    @property
+    def recorded_rate(self) -> float | None:
+        """Mean requests per second as recorded (None without timestamps)."""
+        span = sum(self.gaps)
+        return len(self.gaps) / span if self.gaps and span > 0 else None
+
+
+def _fit(prompt: int, output: int) -> tuple[int, int]:
+    output = max(1, min(output, CONTEXT_LIMIT - 1))
+    prompt = max(1, min(prompt, CONTEXT_LIMIT - output))
+    return prompt, output
+
+
+def _open(path: Path) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as fh:
+            return list(csv.DictReader(fh))
+    except FileNotFoundError:
+        raise WorkloadError(f"trace file {path} not found (see --traces)") from None
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise WorkloadError(f"cannot read trace file {path}: {exc}") from None
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+    try:
+        value = int(row[column])
+    except (KeyError, TypeError, ValueError):
+        raise WorkloadError(f"{path}:{line}: column {column!r} must be a whole number, got {row.get(column)!r}") from None
+    if value < 0:
+        raise WorkloadError(f"{path}:{line}: column {column!r} must not be negative, got {value}")
+    return value
+
+
+def _stamp(path: Path, line: int, text: str | None) -> float:
+    # ``2023-11-16 18:17:03.9799600``: seven fractional digits, which fromisoformat rejects before 3.11.
+    try:
+        whole, _, frac = (text or "").strip().partition(".")
+        base = datetime.strptime(whole, "%Y-%m-%d %H:%M:%S").timestamp()
+        return base + (float("0." + frac) if frac else 0.0)
+    except ValueError:
+        raise WorkloadError(f"{path}:{line}: TIMESTAMP {text!r} is not 'YYYY-MM-DD HH:MM:SS.fffffff'") from None
+
+
+def load_azure(traces: Path) -> Source:
+    """The Azure 2023 conversation trace: arrival gaps and (prompt, output) lengths."""
+    path = traces / AZURE_FILE
+    rows = _open(path)
+    if len(rows) < 2:
+        raise WorkloadError(f"{path}: needs at least two requests, found {len(rows)}")
+    stamps = [_stamp(path, i + 2, r.get("TIMESTAMP")) for i, r in enumerate(rows)]
+    gaps = tuple(max(0.0, b - a) for a, b in zip(stamps, stamps[1:], strict=False))
+    lengths = tuple(
+        _fit(_int(path, i + 2, r, "ContextTokens"), _int(path, i + 2, r, "GeneratedTokens")) for i, r in enumerate(rows)
+    )
+    return Source("azure-conv", gaps, lengths, "Azure LLM inference trace 2023 (conv), CC-BY 4.0, Splitwise ISCA'24")
+
+
+def load_sharegpt(traces: Path) -> Source:
+    """The ShareGPT length distribution (no timestamps)."""
+    path = traces / SHAREGPT_FILE
+    rows = _open(path)
+    if not rows:
+        raise WorkloadError(f"{path}: no requests")
+    lengths = tuple(
+        _fit(_int(path, i + 2, r, "num_prefill_tokens"), _int(path, i + 2, r, "num_decode_tokens"))
+        for i, r in enumerate(rows)
+    )
+    return Source("sharegpt", (), lengths, "ShareGPT 8k-filtered length stats (Sarathi-Serve), Apache-2.0")
+
+
+def reasoning(source: Source, scale: int = REASONING_SCALE) -> Source:
+    """The same arrivals and prompts with outputs ``scale`` times longer (within the context)."""
+    lengths = tuple(_fit(p, o * scale) for p, o in source.lengths)
+    return Source("azure-reasoning", source.gaps, lengths, f"{source.citation}; outputs x{scale}")
+
+
+def load(name: str, traces: Path) -> Source:
+    """A workload's source by name (one of ``WORKLOADS``)."""
+    if not traces.is_dir():
+        raise WorkloadError(
+            f"trace directory {traces} does not exist: pass --traces DIR (the workspace keeps "
+            "the traces in ../shared/traces beside the checkout)"
+        )
+    if name == "azure-conv":
+        return load_azure(traces)
+    if name == "sharegpt":
+        return load_sharegpt(traces)
+    if name == "azure-reasoning":
+        return reasoning(load_azure(traces))
+    raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+
+
+def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Request]:
+    """``count`` requests of ``source`` offered at ``rate`` requests/s on average.
+
+    With timestamps, a seeded window of consecutive requests keeps its own gaps, scaled so
+    that the window's mean rate is ``rate``. Without, lengths are drawn with replacement and
+    arrivals are Poisson. The seed alone decides which requests: a sweep over rates replays
+    the same requests faster or slower.
+    """
+    if rate <= 0:
+        raise ValueError(f"rate must be positive, got {rate}")
+    rng = random.Random(seed)
+    n = len(source.lengths)
+    if source.gaps:
+        count = min(count, n)
+        start = rng.randrange(0, n - count + 1)
+        gaps: Sequence[float] = source.gaps[start : start + count - 1]
+        span = sum(gaps)
+        factor = (len(gaps) / rate) / span if span > 0 else 0.0
+        lengths = source.lengths[start : start + count]
+        arrivals = [0.0]
+        for gap in gaps:
+            arrivals.append(arrivals[-1] + gap * factor)
+    else:
+        lengths = tuple(source.lengths[rng.randrange(n)] for _ in range(count))
+        arrivals = [0.0]
+        for _ in range(count - 1):
+            arrivals.append(arrivals[-1] + rng.expovariate(1.0))
+        arrivals = [a / rate for a in arrivals]
+    return [Request(t, p, o) for t, (p, o) in zip(arrivals, lengths, strict=True)]

@@ -1,0 +1,209 @@
+"""The scheduling benchmark: workloads, metrics, the virtual-time conductor, the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import _workloads
+from bench._measure import Outcome, quantile, summarise
+from bench._run import RunSpec, execute
+from bench._workloads import Request, Source, WorkloadError, requests_at
+
+ROOT = Path(__file__).resolve().parents[2]
+TRACES = ROOT.parent / "shared" / "traces"
+needs_traces = pytest.mark.skipif(not TRACES.is_dir(), reason="../shared/traces is not beside the checkout")
+
+
+def _source(n: int = 50, gaps: bool = True) -> Source:
+    return Source("t", tuple(float(1 + i % 3) for i in range(n - 1)) if gaps else (),
+                  tuple((100 + i, 10 + i) for i in range(n)), "test")
+
+
+# -- workloads ---------------------------------------------------------------------------
+
+def test_trace_window_is_rescaled_to_the_requested_mean_rate() -> None:
+    reqs = requests_at(_source(), rate=4.0, count=21, seed=3)
+    assert len(reqs) == 21
+    assert math.isclose((len(reqs) - 1) / reqs[-1].arrival, 4.0)
+    assert all(b.arrival >= a.arrival for a, b in zip(reqs, reqs[1:], strict=False))
+
+
+def test_same_seed_same_requests_other_rate_same_lengths() -> None:
+    a, b = requests_at(_source(), 2.0, 10, 7), requests_at(_source(), 2.0, 10, 7)
+    c = requests_at(_source(), 5.0, 10, 7)
+    assert a == b
+    assert [(r.prompt_tokens, r.output_tokens) for r in a] == [(r.prompt_tokens, r.output_tokens) for r in c]
+    assert c[-1].arrival < a[-1].arrival
+
+
+def test_poisson_arrivals_without_timestamps() -> None:
+    reqs = requests_at(_source(gaps=False), rate=10.0, count=2000, seed=1)
+    assert 8.5 < (len(reqs) - 1) / reqs[-1].arrival < 11.5
+
+
+def test_lengths_are_cut_to_the_context_keeping_the_output() -> None:
+    src = _workloads.reasoning(Source("t", (1.0,), ((8000, 500), (10, 20)), "x"), scale=10)
+    (p1, o1), (p2, o2) = src.lengths
+    assert o1 == 5000 and p1 + o1 <= _workloads.CONTEXT_LIMIT
+    assert (p2, o2) == (10, 200)
+
+
+def test_missing_trace_directory_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="--traces"):
+        _workloads.load("azure-conv", tmp_path / "nowhere")
+
+
+def test_malformed_trace_names_file_and_line(tmp_path: Path) -> None:
+    target = tmp_path / _workloads.AZURE_FILE
+    target.parent.mkdir(parents=True)
+    target.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:15:46.68,10,5\n2023-11-16 18:15:47.1,ten,5\n")
+    with pytest.raises(WorkloadError, match=r"Trace_conv.csv:3: column 'ContextTokens'"):
+        _workloads.load("azure-conv", tmp_path)
+
+
+# -- metrics -----------------------------------------------------------------------------
+
+def test_goodput_counts_only_requests_within_both_targets() -> None:
+    outcomes = [
+        Outcome(0.0, 10, 11, ttft=1.0, e2e=2.0),  # tpot 0.1: meets
+        Outcome(1.0, 10, 11, ttft=6.0, e2e=7.0),  # ttft too long
+        Outcome(2.0, 10, 11, ttft=1.0, e2e=4.0),  # tpot 0.3: too slow
+        Outcome(3.0, 10, 0, ttft=None, e2e=None),  # never finished
+    ]
+    s = summarise(outcomes, offered_rate=2.0, ttft_target=5.0, tpot_target=0.2, gpu_busy=1.0, cpu_busy=0.0)
+    assert s.attainment == 0.25
+    assert s.goodput == 0.5
+    assert s.completed == 3
+    assert s.ttft_p99 is None  # one request never got a token: the tail is infinite
+
+
+def test_quantile_nearest_rank() -> None:
+    assert quantile([5.0, 1.0, 3.0, 2.0, 4.0], 0.5) == 3.0
+    assert quantile(list(range(1, 101)), 0.99) == 99
+    assert quantile([1.0, math.inf], 0.99) == math.inf
+
+
+# -- the virtual-time conductor ----------------------------------------------------------
+
+def _burst(n: int, prompt: int = 64, out: int = 16, gap: float = 0.01) -> list[Request]:
+    return [Request(i * gap, prompt, out) for i in range(n)]
+
+
+@pytest.mark.parametrize("policy", ["gpu-only", "classic", "adaptive", "round-robin"])
+def test_every_request_ends_and_tokens_add_up(policy: str) -> None:
+    spec = RunSpec("tiny", "tiny", policy, ttft_target=5.0, tpot_target=0.2, handoff="syshax")
+    reqs = _burst(40)
+    result = execute(spec, reqs)
+    assert len(result.outcomes) == len(reqs)
+    for o, r in zip(result.outcomes, reqs, strict=True):
+        if o.e2e is not None:
+            assert o.output_tokens == r.output_tokens
+            assert o.ttft is not None and 0 < o.ttft <= o.e2e
+    assert sum(result.decisions.get(k, 0) for k in ("gpu", "cpu", "pd_split")) >= sum(
+        o.e2e is not None for o in result.outcomes)
+
+
+def test_gpu_only_never_touches_the_cpu() -> None:
+    result = execute(RunSpec("tiny", "tiny", "gpu-only", 5.0, 0.2, "syshax"), _burst(20))
+    assert result.cpu_busy == 0.0
+    assert all(o.cpu_tokens == 0 and o.route == "gpu" for o in result.outcomes)
+
+
+def test_round_robin_alternates_devices() -> None:
+    result = execute(RunSpec("tiny", "tiny", "round-robin", 5.0, 0.2, "syshax"), _burst(10, gap=1.0))
+    assert [o.route for o in result.outcomes] == ["gpu", "cpu"] * 5
+    assert all(o.cpu_tokens == o.output_tokens for o in result.outcomes if o.route == "cpu")
+
+
+@pytest.mark.parametrize("handoff", ["syshax", "kv-transfer", "recompute"])
+def test_split_decodes_on_the_cpu(handoff: str) -> None:
+    from dataclasses import replace
+
+    from bench import _scenarios
+    from bench._vtime import Conductor
+    from syshaxd.policy.base import Decision, Mode
+    from syshaxd.sim.profile import load_profile
+
+    def split(snapshot: object, request: object, limits: object) -> Decision:
+        return Decision("cpu", Mode.PD_SPLIT, 5, "test: always split")
+
+    tiny = load_profile("tiny")
+    limits = replace(_scenarios.limits(5.0, 0.2, handoff))  # type: ignore[arg-type]
+    result = Conductor(tiny, tiny, split, limits).run(_burst(3, out=23, gap=5.0))
+    for o in result.outcomes:
+        assert o.e2e is not None and o.output_tokens == 23
+        assert o.route == "split"
+        gpu_tokens = {"syshax": 2, "recompute": 1, "kv-transfer": 0}[handoff]
+        assert o.cpu_tokens == 23 - gpu_tokens
+    if handoff == "syshax":  # segments of 5 tokens: the policy is asked again after each
+        assert result.decisions["reask"] == 3 * ((21 - 1) // 5)
+
+
+def test_request_timeout_ends_a_request_that_cannot_finish() -> None:
+    from bench import _scenarios
+    from bench._vtime import Conductor
+    from syshaxd.policy import get_policy
+    from syshaxd.sim.profile import load_profile
+
+    tiny = load_profile("tiny")
+    conductor = Conductor(None, tiny, get_policy("cpu-only"), _scenarios.limits(5.0, 0.2, "syshax"), timeout=0.5)
+    result = conductor.run([Request(0.0, 64, 100_000 // 64)])
+    assert result.timed_out == 1 and result.outcomes[0].e2e is None
+
+
+# -- the script --------------------------------------------------------------------------
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(ROOT / "bench" / "policies.py"), *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+
+
+@needs_traces
+@pytest.mark.timeout(300)
+def test_same_seed_gives_identical_json(tmp_path: Path) -> None:
+    outs = []
+    for name in ("a.json", "b.json"):
+        done = _run("--quick", "--workloads", "azure-conv", "--requests", "30", "--jobs", "1",
+                    "--out", str(tmp_path / name))
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+        outs.append((tmp_path / name).read_text())
+    assert outs[0] == outs[1]
+    report = json.loads(outs[0])
+    block = report["workloads"]["azure-conv"]["scenarios"]["a100-80g+q4"]
+    assert {r["policy"] for r in block["runs"]} == {"gpu-only", "round-robin", "classic", "adaptive"}
+    assert block["ceiling"] >= block["gpu_alone_goodput"] > 0
+    assert len(block["targets"]) == 4
+
+
+@needs_traces
+@pytest.mark.timeout(300)
+def test_docs_are_written_with_plots(tmp_path: Path) -> None:
+    doc = tmp_path / "docs" / "benchmarks.md"
+    doc.parent.mkdir()
+    doc.write_text("# Benchmarks\n\nprose stays\n\n<!-- BEGIN GENERATED by bench/policies.py: do not edit by hand -->\nold\n"
+                   "<!-- END GENERATED -->\n\ntail stays\n")
+    done = _run("--quick", "--workloads", "azure-conv", "--requests", "20", "--out", str(tmp_path / "r.json"),
+                "--docs", str(doc))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    text = doc.read_text()
+    assert "prose stays" in text and "tail stays" in text and "\nold\n" not in text
+    assert "| adaptive goodput >= classic at every rate |" in text
+    assert (doc.parent / "bench-goodput-azure-conv.png").stat().st_size > 1000
+
+
+def test_missing_traces_is_a_message_not_a_traceback(tmp_path: Path) -> None:
+    done = _run("--quick", "--traces", str(tmp_path / "nope"), "--out", str(tmp_path / "r.json"))
+    assert done.returncode == 2
+    assert "--traces" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_unknown_scenario_is_refused_with_the_choices(tmp_path: Path) -> None:
+    done = _run("--quick", "--scenarios", "h100", "--out", str(tmp_path / "r.json"))
+    assert done.returncode == 2
+    assert "a100-80g+q4" in done.stdout and "Traceback" not in done.stderr
