@@ -174,9 +174,10 @@ def cmd_profiles(args: argparse.Namespace) -> int:
     from syshaxd.sim.profile import load_profile, profile_names
 
     table = Table(title="simulator device profiles")
-    for col, justify in (("profile", "left"), ("summary", "left"), ("KV tokens", "right"), ("TPOT b=1", "right"),
-                         ("tok/s b=32", "right"), ("TTFT 2048", "right")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    table.add_column("profile", no_wrap=True)
+    table.add_column("summary")
+    for col in ("KV tokens", "TPOT b=1", "tok/s b=32", "TTFT 2048"):
+        table.add_column(col, justify="right", no_wrap=True)
     for name in profile_names():
         p = load_profile(name)
         tpot = timing.decode_step_time(p, [1024])
