@@ -36,7 +36,7 @@ def test_same_inputs_same_result() -> None:
 
 
 def test_ten_thousand_requests_complete() -> None:
-    work = synthetic(10_000, rate=3.0, prompt_tokens=600, output_tokens=150, spread=0.6, seed=1)
+    work = synthetic(10_000, rate=3.0, prompt_tokens=400, output_tokens=60, spread=0.6, seed=1)
     result = run(work, [GPU, CPU], to("gpu"))
     assert result.summary.completed == 10_000
     assert result.summary.output_tokens == sum(r.output_tokens for r in work)
