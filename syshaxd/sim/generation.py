@@ -21,7 +21,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from syshaxd.sim import textgen, timing
@@ -97,6 +97,9 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
     if not spec.ignore_eos:
         total = textgen.natural_length(key, engine.profile.output_median_tokens, engine.profile.output_sigma)
         natural = max(1, total - offset)
+    if entry is not None and spec.request_id_inference and offset > spec.offset:
+        # no (or a shorter) generated_text: the stored count says how much max_tokens is used up
+        spec = replace(spec, max_new=max(1, spec.max_new - (offset - spec.offset)))
     tokens, reason = _limit(spec, natural)
     if spec.wants_remote_decode:
         reason = "length" if tokens == spec.max_new else reason

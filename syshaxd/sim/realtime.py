@@ -9,13 +9,17 @@ a stream gets several tokens per chunk, as a busy vLLM does.
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from syshaxd.sim.core import EngineCore, Seq, SimRequest, StepResult
 
-MAX_BEHIND_STEPS = 256  # steps run without yielding to the event loop when late
+MAX_BEHIND_STEPS = 32  # steps run without yielding to the event loop when late
+EXIT_SOFTWARE = 70  # sysexits.h EX_SOFTWARE
 
 
 @dataclass(frozen=True)
@@ -24,6 +28,13 @@ class TokenEvent:
 
     tokens: int
     finish_reason: str | None = None
+
+
+def _crash_on_error(task: asyncio.Task[None]) -> None:
+    # A bug in the stepping loop would leave every request hanging: fail loudly instead.
+    if not task.cancelled() and task.exception() is not None:
+        traceback.print_exception(task.exception(), file=sys.stderr)
+        os._exit(EXIT_SOFTWARE)
 
 
 class Handle:
@@ -67,6 +78,7 @@ class LiveEngine:
         """Start the stepping task on the running loop."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="sim-engine")
+            self._task.add_done_callback(_crash_on_error)
 
     async def stop(self) -> None:
         """Stop stepping."""
