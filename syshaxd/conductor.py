@@ -313,6 +313,8 @@ class Conductor:
         e2e = time.monotonic() - flight.t0
         if flight.decision is not None:
             flight.decision = self.counters.record_finish(flight.decision, outcome, flight.ttft, e2e)
+        else:  # never routed: rejected, or timed out in the queue
+            self.counters.record_unrouted(outcome)
         d = flight.decision
         access_log.info(
             "request id=%s kind=%s device=%s mode=%s engine=%s outcome=%s ttft=%s e2e=%.3f "
@@ -340,6 +342,7 @@ class Conductor:
         p50, p99 = self.counters.ttft_quantiles()
         for name, up in self.upstreams.items():
             self.counters.m_inflight.labels(name).set(up.inflight)
+        self.counters.m_queue.set(len(self.queue))
         return ConductorStatsModel(
             queue_depth=len(self.queue),
             queue_limit=self.queue.max_size,

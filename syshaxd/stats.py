@@ -102,6 +102,11 @@ class Stats:
                 break
         return finished
 
+    def record_unrouted(self, outcome: str) -> None:
+        """Count a request that ended before any engine was chosen (queue timeout, shutdown)."""
+        self.by_outcome[outcome] += 1
+        self.m_requests.labels("none", "none", outcome).inc()
+
     def ttft_quantiles(self, now: float | None = None) -> tuple[float | None, float | None]:
         """TTFT p50 and p99 over the window."""
         now = time.time() if now is None else now

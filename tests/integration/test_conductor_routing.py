@@ -66,14 +66,14 @@ def test_pd_split_answer_matches_a_single_engine(make_stack: Callable[..., Stack
     assert stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total") > cpu_before
 
 
-def _slow_request(url: str, results: list[Any], max_tokens: int = 60) -> None:
+def _slow_request(url: str, results: list[Any], max_tokens: int = 400) -> None:
     response = httpx.post(f"{url}/v1/chat/completions",
                           json={"messages": MESSAGES, "max_tokens": max_tokens, **EXACT}, timeout=60)
     results.append(response)
 
 
 def test_no_capacity_queues_then_admits(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(policy="classic", speed=2.0,
+    stack = make_stack(policy="classic", speed=1.0,
                        config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0}})
     results: list[Any] = []
     first = threading.Thread(target=_slow_request, args=(stack.url, results))
@@ -96,7 +96,7 @@ def test_no_capacity_queues_then_admits(make_stack: Callable[..., Stack]) -> Non
 
 
 def test_full_queue_is_429_with_retry_after(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(policy="classic", speed=2.0,
+    stack = make_stack(policy="classic", speed=1.0,
                        config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
                                "system": {"max_queue_size": 0}})
     results: list[Any] = []
@@ -113,19 +113,20 @@ def test_full_queue_is_429_with_retry_after(make_stack: Callable[..., Stack]) ->
     assert results[0].status_code == 200
 
 
-def test_waiting_request_times_out_with_504(make_stack: Callable[..., Stack]) -> None:
+def test_running_and_waiting_requests_time_out_with_504(make_stack: Callable[..., Stack]) -> None:
     stack = make_stack(policy="classic", speed=1.0,
-                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
-                               "system": {"request_timeout": 1.5}})
-    results: list[Any] = []
-    first = threading.Thread(target=_slow_request, args=(stack.url, results, 400))
-    first.start()
-    deadline = time.monotonic() + 10
-    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+                       config={"decider": {"cpu_max_batch_size": 0}, "system": {"request_timeout": 1.5}})
+    running = httpx.post(f"{stack.url}/v1/chat/completions",
+                         json={"messages": MESSAGES, "max_tokens": 1500, **EXACT}, timeout=10)
+    assert running.status_code == 504
+    assert "request_timeout" in running.json()["error"]["message"]
+    # With the GPU draining and no CPU capacity, a request can only wait, then time out.
+    sock = stack.tmp / "run" / "control.sock"
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url="http://syshax") as control:
+        control.patch("/v1/config", json={"engines.gpu0.draining": True}).raise_for_status()
     waited = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2}, timeout=10)
     assert waited.status_code == 504
-    assert "request_timeout" in waited.json()["error"]["message"]
-    first.join(30)
-    assert results and results[0].status_code == 504
+    assert "no capacity" in waited.json()["error"]["message"]
     assert stack.metric("syshax_inflight") == 0
+    assert stack.metric("syshax_queue_depth") == 0
+    assert stack.metric("syshax_requests_total", outcome="timeout") == 2
