@@ -171,3 +171,30 @@ def test_synthetic_rate_and_lengths() -> None:
     mean = sum(gaps) / len(gaps)
     cv = math.sqrt(sum((g - mean) ** 2 for g in gaps) / len(gaps)) / mean
     assert cv > 2
+
+
+def test_several_engines_per_device_share_the_load_or_follow_the_decision() -> None:
+    engines = [EngineSpec("gpu0", "gpu", load_profile("gpu-a100")), EngineSpec("gpu1", "gpu", load_profile("gpu-a100"))]
+    work = synthetic(200, rate=20.0, prompt_tokens=500, output_tokens=100, seed=6)
+    spread = run(work, engines, to("gpu"))
+    assert spread.summary.completed == 200 and spread.summary.devices["gpu"].engines == 2
+
+    def pinned(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        return Decision("gpu", Mode.WHOLE, None, "pinned", engine="gpu1")
+
+    conductor_seen: list[tuple[int, int]] = []
+
+    def watch(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        conductor_seen.append((snap.engine("gpu0").inflight, snap.engine("gpu1").inflight))  # type: ignore[union-attr]
+        return pinned(snap, req, limits)
+
+    run(work, engines, watch)
+    assert max(a for a, _ in conductor_seen) == 0 and max(b for _, b in conductor_seen) > 1
+    balanced: list[tuple[int, int]] = []
+
+    def watch_spread(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        balanced.append((snap.engine("gpu0").inflight, snap.engine("gpu1").inflight))  # type: ignore[union-attr]
+        return Decision("gpu", Mode.WHOLE, None, "any")
+
+    run(work, engines, watch_spread)
+    assert max(a for a, _ in balanced) > 1 and max(b for _, b in balanced) > 1
