@@ -1,4 +1,4 @@
-"""``syshax demo``: the whole system in one command, on simulated engines."""
+"""``syshax demo``: the whole system in one command, on simulated (or real llama.cpp) engines."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from rich.console import Console
 
 from syshaxd.cli._common import UsageError
 from syshaxd.config import ConfigError, coerce_value, validate
+from syshaxd.demo.llama import CONTEXT_LIMIT as LLAMA_CONTEXT_LIMIT
 from syshaxd.demo.stack import CPU_PROFILE, GPU_PROFILE, StackOptions
-from syshaxd.demo.workload import TraceError, choose_trace
+from syshaxd.demo.workload import CONTEXT_LIMIT, TraceError, choose_trace
 
 POLICIES = ("adaptive", "classic", "gpu-only", "cpu-only", "round-robin")
 HANDOFFS = ("syshax", "kv-transfer", "recompute", "llamacpp-slots")
@@ -26,6 +27,10 @@ In the console: g/c select a device, +/- change its batch limit, p toggles auto-
 offload, P cycles the policy, ? shows every key, q (or Ctrl-C) stops everything.
 Without a terminal (or with --headless) a status line is printed every few seconds.
 Nothing is left behind: every process is stopped and the temporary directory removed.
+
+With --engines llama, two real llama.cpp llama-servers (built once by `make engines`)
+take the GPU and CPU roles instead of the simulator, handing KV caches over with the
+llamacpp-slots protocol.
 """
 
 
@@ -51,9 +56,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--policy", choices=POLICIES, default="classic",
                    help="scheduling policy (default classic: sysHAX's rules, whose GPU batch limit "
                         "sends the overflow to the CPU)")
-    p.add_argument("--handoff", choices=HANDOFFS, default="syshax",
-                   help="prefill/decode handoff protocol of the engine pair (default syshax)")
-    p.add_argument("--speed", type=_positive, default=10.0, metavar="X",
+    p.add_argument("--handoff", choices=HANDOFFS, default=None,
+                   help="prefill/decode handoff protocol of the engine pair (default syshax; "
+                        "llamacpp-slots with --engines llama)")
+    p.add_argument("--speed", type=_positive, default=None, metavar="X",
                    help="simulated time runs X times faster than real time (default 10)")
     p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
                    help="stop by itself after this many seconds (default: run until stopped)")
@@ -71,6 +77,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
                    help="a decider key in the demo's config, e.g. --set decider.cpu_max_batch_size=8 "
                         "(repeatable; default: decider.auto_pd_offload=true)")
+    p.add_argument("--engines", choices=("sim", "llama"), default="sim",
+                   help="simulated engines (default), or two real llama.cpp llama-servers built by "
+                        "`make engines` in the GPU and CPU roles (try --load 1)")
+    p.add_argument("--llama-server", metavar="PATH", help="with --engines llama: the llama-server binary")
+    p.add_argument("--llama-model", metavar="PATH", help="with --engines llama: the GGUF model both load")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (config, logs) afterwards")
     p.set_defaults(func=cmd_demo)
 
@@ -85,26 +96,39 @@ def cmd_demo(args: argparse.Namespace) -> int:
         trace = choose_trace(args.trace)
     except TraceError as exc:
         raise UsageError(f"--trace: {exc}") from None
-    decider = _decider_settings(args.settings)
+    llama = args.engines == "llama"
+    if llama and args.speed is not None:
+        raise UsageError("--speed only applies to simulated engines; real llama-servers run in real time")
+    if llama and args.handoff in ("syshax", "kv-transfer"):
+        raise UsageError(f"--handoff {args.handoff} needs vLLM engines; two llama-servers hand off with "
+                         "llamacpp-slots (the default with --engines llama) or recompute")
+    if not llama and (args.llama_server or args.llama_model):
+        raise UsageError("--llama-server and --llama-model need --engines llama")
+    handoff = args.handoff or ("llamacpp-slots" if llama else "syshax")
+    decider = _decider_settings(args.settings, LLAMA_DECIDER if llama else DEMO_DECIDER)
     headless = args.headless or not (sys.stdout.isatty() and sys.stdin.isatty())
     options = DemoOptions(
         stack=StackOptions(
-            policy=args.policy, handoff=args.handoff, speed=args.speed,
+            policy=args.policy, handoff=handoff, speed=1.0 if llama else (args.speed or 10.0),
             gpu_profile=args.gpu_profile, cpu_profile=args.cpu_profile, decider=decider,
+            engines=args.engines, llama_server=args.llama_server, llama_model=args.llama_model,
         ),
         trace=trace, load=args.load, duration=args.duration, headless=headless,
         interval=args.interval, json_summary=args.json_summary, keep=args.keep,
+        context_limit=LLAMA_CONTEXT_LIMIT if llama else CONTEXT_LIMIT,
     )
     return run_demo(options, Console(highlight=False))
 
 
 #: What the demo changes from the defaults: splits by default, so all three routes show.
 DEMO_DECIDER: dict[str, object] = {"auto_pd_offload": True}
+#: Two llama-servers with 4 slots each: the batch limits follow their ``-np``.
+LLAMA_DECIDER: dict[str, object] = {"auto_pd_offload": True, "gpu_max_batch_size": 4, "cpu_max_batch_size": 4}
 
 
-def _decider_settings(settings: list[str]) -> tuple[tuple[str, object], ...]:
-    """``--set decider.KEY=VALUE`` options, converted and validated like the config file."""
-    values: dict[str, object] = dict(DEMO_DECIDER)
+def _decider_settings(settings: list[str], defaults: dict[str, object]) -> tuple[tuple[str, object], ...]:
+    """``--set decider.KEY=VALUE`` options over ``defaults``, converted and validated like the config file."""
+    values: dict[str, object] = dict(defaults)
     for item in settings:
         key, sep, raw = item.partition("=")
         key = key.strip()

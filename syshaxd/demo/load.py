@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 from collections import deque
 from collections.abc import Iterator
@@ -82,7 +83,8 @@ class Tally:
         else:
             self.errors += 1
         if result.error:
-            kind = result.error.split(":", 1)[0][:40]
+            # Numbers vary per request ("request (2057 tokens) exceeds..."): group without them.
+            kind = re.sub(r"\d+", "N", result.error.split(":", 1)[0])[:60]
             self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
 
     def tokens_per_s(self, now: float, span: float = 5.0) -> float:

@@ -33,7 +33,7 @@ from syshaxd.demo.status import (
     status_line,
     summary_tables,
 )
-from syshaxd.demo.workload import Trace, schedule
+from syshaxd.demo.workload import CONTEXT_LIMIT, Trace, schedule
 
 #: The console's quit binding, extended so Ctrl-C quits too (Textual's own Ctrl-C only hints).
 CONSOLE_KEYMAP = 'quit: "q,ctrl+c"\n'
@@ -51,6 +51,7 @@ class DemoOptions:
     interval: float = 3.0
     json_summary: Path | None = None
     keep: bool = False  # keep the runtime directory (logs) for a post-mortem
+    context_limit: int = CONTEXT_LIMIT  # prompt + output tokens per request
 
 
 class _Stop(Exception):
@@ -82,7 +83,7 @@ def run_demo(opts: DemoOptions, out: Console) -> int:
                 with out.status("starting the simulated engines and syshaxd...", spinner="dots"):
                     stack = start_stack(sup, root, opts.stack)
             except StartError as exc:
-                out.print(f"[bold red]syshax demo:[/] {exc}", markup=True, highlight=False)
+                out.print(f"[bold red]syshax demo:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
                 return 1
             except (_Stop, KeyboardInterrupt):
                 out.print("syshax demo: stopped while starting")
@@ -110,7 +111,7 @@ async def _serve(opts: DemoOptions, stack: Stack, sup: Supervisor, out: Console)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         loop.add_signal_handler(sig, request_stop, signal.Signals(sig).name)
-    driver = LoadDriver(stack.api_url, schedule(opts.trace, opts.load, opts.stack.speed), model=stack.model)
+    driver = LoadDriver(stack.api_url, schedule(opts.trace, opts.load, opts.stack.speed, opts.context_limit), model=stack.model)
     started = time.monotonic()
     load_task = asyncio.create_task(driver.run(stop))
     watch = asyncio.create_task(_watch(stack, opts, started, request_stop))
@@ -149,10 +150,10 @@ async def _serve(opts: DemoOptions, stack: Stack, sup: Supervisor, out: Console)
     if opts.json_summary is not None:
         summary.write(opts.json_summary)
         out.print(f"summary written to {opts.json_summary}")
-    failed = [c for c in (stack.daemon, stack.sim) if not c.alive()]
+    failed = [c for c in stack.processes if not c.alive()]
     if failed:
         out.print(f"[bold red]syshax demo:[/] {failed[0].name} exited with code {failed[0].proc.returncode} "
-                  f"during the run\n{failed[0].log_tail()}", markup=True, highlight=False)
+                  f"during the run\n{failed[0].log_tail()}", markup=True, highlight=False, soft_wrap=True)
         return 1
     return 0
 
@@ -161,7 +162,7 @@ async def _watch(stack: Stack, opts: DemoOptions, started: float, request_stop: 
     """Stop when the duration is over or when a server process dies."""
     while True:
         await asyncio.sleep(0.5)
-        for child in (stack.daemon, stack.sim):
+        for child in stack.processes:
             if not child.alive():
                 request_stop(f"{child.name} exited with code {child.proc.returncode}")
                 return
@@ -172,8 +173,12 @@ async def _watch(stack: Stack, opts: DemoOptions, started: float, request_stop: 
 
 def _intro(opts: DemoOptions, stack: Stack, out: Console, headless: bool) -> None:
     s = opts.stack
+    engines = (
+        "two real llama-servers (GPU and CPU roles)" if s.engines == "llama"
+        else f"simulated {s.gpu_profile} + {s.cpu_profile} at {s.speed:g}x speed"
+    )
     out.print(
-        f"syshax demo: simulated {s.gpu_profile} + {s.cpu_profile} at {s.speed:g}x speed, "
+        f"syshax demo: {engines}, "
         f"policy {s.policy}, handoff {s.handoff}, load {opts.load:g} x the trace's rate "
         f"({opts.trace.rate * opts.load:.1f} req/s simulated, {opts.trace.rate * opts.load * s.speed:.1f} req/s wall)",
         soft_wrap=True,

@@ -23,6 +23,8 @@ from syshaxd.demo.procs import Child, StartError, Supervisor, wait_until
 
 GPU_PROFILE = "gpu-a100"
 CPU_PROFILE = "cpu-kunpeng920-q4"
+#: The name both llama-servers serve the model under (``--alias``), as vLLM's would be.
+LLAMA_MODEL_NAME = "ds-32b"
 #: How long the engines and the daemon may take to come up (a busy 2-core machine is slow).
 START_TIMEOUT = 60.0
 
@@ -39,6 +41,9 @@ class StackOptions:
     #: decider keys set in the demo's config file (the batch limits sysHAX ships with).
     decider: tuple[tuple[str, Any], ...] = ()
     monitor_interval: float = 0.5
+    engines: str = "sim"  # or "llama": two real llama-servers
+    llama_server: str | None = None
+    llama_model: str | None = None
 
 
 @dataclass
@@ -52,8 +57,13 @@ class Stack:
     gpu_url: str
     cpu_url: str
     model: str | None
-    sim: Child
+    engines: tuple[Child, ...]  # the simulator, or the two llama-servers
     daemon: Child
+
+    @property
+    def processes(self) -> tuple[Child, ...]:
+        """Every server process of the demo, daemon first."""
+        return (self.daemon, *self.engines)
 
 
 def free_port() -> int:
@@ -71,15 +81,15 @@ def _answers(url: str) -> bool:
     return True
 
 
-def dialect_for(handoff: str) -> str:
-    """The engines' dialect: llama.cpp's for its slot handoff, else vLLM v1's."""
-    return "llamacpp" if handoff == "llamacpp-slots" else "vllm-v1"
+def dialect_for(opts: StackOptions) -> str:
+    """The engines' dialect: llama.cpp's for real llama-servers or its slot handoff, else vLLM v1's."""
+    return "llamacpp" if opts.engines == "llama" or opts.handoff == "llamacpp-slots" else "vllm-v1"
 
 
 def sim_command(opts: StackOptions, root: Path) -> list[str]:
     """The simulator pair's command line: free ports chosen by the simulator itself and
     reported in ``root/sim-ready.json`` (no race for a port between choosing and binding)."""
-    dialect = dialect_for(opts.handoff)
+    dialect = dialect_for(opts)
     argv = [
         sys.executable, "-m", "syshaxd.sim", "pair",
         "--gpu-port", "0", "--cpu-port", "0",
@@ -123,7 +133,7 @@ def _group_name() -> str:
 def demo_config(opts: StackOptions, root: Path, ports: dict[str, int], model: str | None) -> dict[str, Any]:
     """The config file the demo's syshaxd runs with."""
     decider: dict[str, Any] = {"policy": opts.policy, **dict(opts.decider)}
-    dialect = dialect_for(opts.handoff)
+    dialect = dialect_for(opts)
     config: dict[str, Any] = {
         "services": {
             "gpu": {"port": ports["gpu"], "handoff": opts.handoff, "name": "gpu0", "dialect": dialect},
@@ -172,14 +182,10 @@ def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, 
     base_env["XDG_RUNTIME_DIR"] = str(root / "run")
     base_env["COLUMNS"] = "120"  # the simulator's tables in its log
 
-    sim = sup.start("simulator", sim_command(opts, root), log_path=logs / "sim.log", env=base_env)
-    ready = root / "sim-ready.json"
-    wait_until(lambda: read_ready(ready) is not None, START_TIMEOUT, "the simulator reported its ports", sim)
-    urls = read_ready(ready) or {}
-    gpu_url, cpu_url = urls["gpu"], urls["cpu"]
-    wait_until(lambda: _answers(f"{gpu_url}/health") and _answers(f"{cpu_url}/health"), START_TIMEOUT,
-               "the simulated engines answered /health", sim)
-    model = served_model(gpu_url)
+    if opts.engines == "llama":
+        engines, gpu_url, cpu_url, model = _start_llama(sup, root, opts)
+    else:
+        engines, gpu_url, cpu_url, model = _start_sim(sup, root, opts, base_env)
 
     ports = {"gpu": _port(gpu_url), "cpu": _port(cpu_url), "api": free_port()}
     config = demo_config(opts, root, ports, model)
@@ -193,10 +199,34 @@ def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, 
     try:
         wait_until(lambda: _engines_up(api_url), START_TIMEOUT, "syshaxd saw both engines up", daemon)
     except StartError:
-        if not sim.alive():
-            raise StartError(f"the simulator exited with code {sim.proc.returncode}", sim) from None
+        for engine in engines:
+            if not engine.alive():
+                raise StartError(f"{engine.name} exited with code {engine.proc.returncode}", engine) from None
         raise
     return Stack(
         root=root, config_path=config_path, socket_path=Path(config["control"]["socket"]),
-        api_url=api_url, gpu_url=gpu_url, cpu_url=cpu_url, model=model, sim=sim, daemon=daemon,
+        api_url=api_url, gpu_url=gpu_url, cpu_url=cpu_url, model=model, engines=engines, daemon=daemon,
     )
+
+
+def _start_sim(
+    sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, str]
+) -> tuple[tuple[Child, ...], str, str, str | None]:
+    sim = sup.start("simulator", sim_command(opts, root), log_path=root / "logs" / "sim.log", env=env)
+    ready = root / "sim-ready.json"
+    wait_until(lambda: read_ready(ready) is not None, START_TIMEOUT, "the simulator reported its ports", sim)
+    urls = read_ready(ready) or {}
+    gpu_url, cpu_url = urls["gpu"], urls["cpu"]
+    wait_until(lambda: _answers(f"{gpu_url}/health") and _answers(f"{cpu_url}/health"), START_TIMEOUT,
+               "the simulated engines answered /health", sim)
+    return (sim,), gpu_url, cpu_url, served_model(gpu_url)
+
+
+def _start_llama(sup: Supervisor, root: Path, opts: StackOptions) -> tuple[tuple[Child, ...], str, str, str | None]:
+    from syshaxd.demo import llama
+
+    build = llama.find_build(opts.llama_server, opts.llama_model)
+    (root / "slots").mkdir(exist_ok=True)
+    gpu, gpu_url = llama.start_server(sup, build, "gpu", root, LLAMA_MODEL_NAME)
+    cpu, cpu_url = llama.start_server(sup, build, "cpu", root, LLAMA_MODEL_NAME)
+    return (gpu, cpu), gpu_url, cpu_url, served_model(gpu_url) or LLAMA_MODEL_NAME

@@ -165,8 +165,9 @@ def fit_lengths(prompt: int, output: int, limit: int = CONTEXT_LIMIT) -> tuple[i
     return prompt, output
 
 
-def schedule(trace: Trace, load: float, speed: float) -> Iterator[Planned]:
-    """Requests in wall time, forever (the trace repeats, each pass after the last)."""
+def schedule(trace: Trace, load: float, speed: float, limit: int = CONTEXT_LIMIT) -> Iterator[Planned]:
+    """Requests in wall time, forever (the trace repeats, each pass after the last);
+    prompt + output capped at ``limit`` tokens."""
     if load <= 0 or speed <= 0:
         raise ValueError("load and speed must be positive")
     scale = 1.0 / (load * speed)
@@ -176,7 +177,7 @@ def schedule(trace: Trace, load: float, speed: float) -> Iterator[Planned]:
     passes = 0
     while True:
         for row in trace.rows:
-            prompt, output = fit_lengths(row.prompt_tokens, row.output_tokens)
+            prompt, output = fit_lengths(row.prompt_tokens, row.output_tokens, limit)
             yield Planned(index, (passes * period + row.offset) * scale, prompt, output)
             index += 1
         passes += 1

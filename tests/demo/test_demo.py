@@ -274,3 +274,26 @@ def test_console_key_stops_everything(tmp_path: Path, key: bytes) -> None:
 def _screen(raw: str) -> str:
     """Terminal output without escape sequences."""
     return re.sub(r"\x1b\[[0-9;?<>=]*[a-zA-Z~]|\x1b[()][AB0-9]|\x1b\][^\x07]*\x07|\x1b[=>]", "", raw)
+
+
+@pytest.mark.llama
+def test_demo_on_two_real_llama_servers(headless: Callable[..., DemoRun], tmp_path: Path) -> None:
+    from tests.plugins.llama import resolve_build
+
+    build = resolve_build()  # fails with "run make engines" when the binary is missing
+    summary_path = tmp_path / "summary.json"
+    run = headless("--engines", "llama", "--llama-server", str(build.binary), "--llama-model", str(build.model),
+                   "--load", "0.5", "--interval", "2", "--trace", "sample", "--duration", "120",
+                   "--json-summary", str(summary_path))
+    sock = run.wait_for(run.socket, 60, "the control socket appeared")
+    api = _api_url(sock)
+    # Real KV caches move between the servers (llamacpp-slots) and both roles answer.
+    run.wait_for(lambda: _finished(api, "cpu", "pd_split") >= 2 and _finished(api, "gpu", "whole") >= 2, 90,
+                 "split and whole requests answered by the llama-servers")
+    run.proc.send_signal(signal.SIGINT)
+    assert run.proc.wait(60) == 0, run.output()[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["handoff"] == "llamacpp-slots" and summary["splits"] >= 2, summary
+    assert summary["client"]["lost"] == 0 and summary["client"]["errors"] == 0, summary["client"]
+    assert "two real llama-servers" in run.output()
+    assert run.leftovers() == []
