@@ -9,6 +9,7 @@ handoff moves real KV caches between them. The binary and model are the ones
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -83,7 +84,7 @@ def start_server(sup: Supervisor, build: LlamaBuild, role: str, root: Path, mode
         child = sup.start(f"llama-server ({role})", argv, log_path=root / "logs" / f"llama-{role}.log", env=env)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_until(lambda url=url: _healthy(url), 60, f"llama-server ({role}) answered /health", child)
+            wait_until(functools.partial(_healthy, url), 60, f"llama-server ({role}) answered /health", child)
             return child, url
         except StartError as exc:
             last = exc
