@@ -18,6 +18,7 @@ demo: $(STAMP)
 	$(VENV)/bin/syshax demo
 
 test: $(STAMP)
+	@command -v systemd-analyze >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq systemd >/dev/null; }
 	$(PY) tools/build_engines.py --if-missing
 	$(VENV)/bin/ruff check syshaxd console tests bench tools
 	$(VENV)/bin/mypy
