@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from syshaxd.cli.sim import main
+from syshaxd.sim.command import main
 
 if __name__ == "__main__":
     sys.exit(main())

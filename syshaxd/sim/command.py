@@ -1,6 +1,7 @@
-"""``syshax sim``: run simulated engines (one, or a GPU + CPU pair) and list profiles.
+"""The simulator's command line: ``syshax sim`` and ``python -m syshaxd.sim`` share it.
 
-Also reachable as ``python -m syshaxd.sim`` (what the launch helpers start).
+``python -m syshaxd.sim`` (what the launch helpers start) imports only this module, not
+the ``syshax`` CLI package, whose config models take a third of a second to import.
 """
 
 from __future__ import annotations
@@ -8,11 +9,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from syshaxd.cli._common import CommandError, UsageError
+
+class UsageError(Exception):
+    """The command line is wrong (exit 2)."""
+
+
+class CommandError(Exception):
+    """The command could not do its job (exit 1)."""
 
 if TYPE_CHECKING:
     from syshaxd.sim.server import EngineOptions
@@ -53,8 +60,16 @@ def _common_args(p: argparse.ArgumentParser) -> None:
                    help="uvicorn log level (default warning)")
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The options of ``sim`` (one engine) and its ``pair`` / ``profiles`` subcommands."""
+def _same(func: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    return func
+
+
+def add_arguments(p: argparse.ArgumentParser,
+                  wrap: Callable[[Callable[[argparse.Namespace], int]], Callable[[argparse.Namespace], int]] = _same) -> None:
+    """The options of ``sim`` (one engine) and its ``pair`` / ``profiles`` / ``replay`` subcommands.
+
+    ``wrap`` decorates each command function (the ``syshax`` CLI maps errors with it).
+    """
     p.add_argument("--profile", default="gpu-a100", metavar="P",
                    help="device profile name or YAML path (default gpu-a100; see `sim profiles`)")
     p.add_argument("--port", type=_port, default=8001, help="port (default 8001; 0 = any free port)")
@@ -64,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--parallel", "-np", type=int, metavar="N", help="sequences at once (llama.cpp slots); default: the profile's")
     p.add_argument("--name", default="sim", help="engine name in logs and /sim/stats (default sim)")
     _common_args(p)
-    p.set_defaults(func=cmd_sim)
+    p.set_defaults(func=wrap(cmd_sim))
     sub = p.add_subparsers(dest="sim_command", metavar="SUBCOMMAND")
     pair = sub.add_parser("pair", help="a GPU and a CPU engine in one process, sharing handed-off KV caches")
     pair.add_argument("--gpu-port", type=_port, default=8001, help="GPU engine port (default 8001)")
@@ -76,9 +91,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     pair.add_argument("--gpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the GPU engine")
     pair.add_argument("--cpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the CPU engine")
     _common_args(pair)
-    pair.set_defaults(func=cmd_pair)
+    pair.set_defaults(func=wrap(cmd_pair))
     profiles = sub.add_parser("profiles", help="list the shipped device profiles and their headline numbers")
-    profiles.set_defaults(func=cmd_profiles)
+    profiles.set_defaults(func=wrap(cmd_profiles))
     replay = sub.add_parser("replay", help="replay a trace through simulated engines and a policy, in virtual time")
     replay.add_argument("--trace", default="azure-conv", help="azure-conv, sharegpt, arxiv, or a CSV path (default azure-conv)")
     replay.add_argument("--limit", type=int, default=2000, help="requests to replay (default 2000)")
@@ -91,18 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     replay.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="a decider limit, e.g. auto_pd_offload=true or cpu_max_batch_size=10 (repeatable)")
     replay.add_argument("--json", type=Path, metavar="PATH", help="also write the summary and per-request records here")
-    replay.set_defaults(func=cmd_replay)
-
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``syshax sim``."""
-    p = sub.add_parser(
-        "sim",
-        help="run simulated inference engines (no GPU or model needed)",
-        description="Run an engine simulator that speaks vLLM's OpenAI API and a chosen /metrics dialect, "
-        "with timing from a calibrated device profile.",
-    )
-    add_arguments(p)
+    replay.set_defaults(func=wrap(cmd_replay))
 
 
 def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, faults: list[str],
@@ -190,7 +194,7 @@ def cmd_profiles(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     """Replay a trace in virtual time and print the summary."""
-    from syshaxd.cli._replay import replay
+    from syshaxd.sim.replay_cli import replay
 
     return replay(args)
 

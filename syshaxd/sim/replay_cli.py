@@ -9,8 +9,8 @@ from dataclasses import fields, replace
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from syshaxd.cli._common import UsageError
 from syshaxd.policy.base import Limits
+from syshaxd.sim.command import UsageError
 
 
 def _limits(items: list[str], handoff: str) -> Limits:
