@@ -5,28 +5,49 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from syshaxd.sim.faults import FaultError, Faults, apply_patch, parse_assignments
-from syshaxd.sim.launch import EngineHandle
+from syshaxd.sim.launch import EngineHandle, start_engine
 
 CHAT = {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "ignore_eos": True}
 
 
+_http: list[httpx.Client] = []  # one pooled client for the module (a new client per call costs ~70 ms)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def http_client() -> Iterator[None]:
+    with httpx.Client() as client:
+        _http.append(client)
+        yield
+        _http.clear()
+
+
 def chat(engine: EngineHandle, timeout: float = 10.0, **extra: object) -> httpx.Response:
-    return httpx.post(f"{engine.url}/v1/chat/completions", json={**CHAT, **extra}, timeout=timeout)
+    return _http[0].post(f"{engine.url}/v1/chat/completions", json={**CHAT, **extra}, timeout=timeout)
 
 
 def metric_values(text: str) -> dict[str, float]:
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
 
 
+@pytest.fixture(scope="module")
+def shared() -> Iterator[EngineHandle]:
+    with start_engine("tiny", speed=50.0) as (_, handle):
+        yield handle
+
+
 @pytest.fixture
-def engine(sim_engine) -> EngineHandle:  # type: ignore[no-untyped-def]
-    return sim_engine("tiny", speed=50.0)  # type: ignore[no-any-return]
+def engine(shared: EngineHandle) -> Iterator[EngineHandle]:
+    """One engine for the faults that do not end the process; every test leaves it fault-free."""
+    shared.clear_faults()
+    yield shared
+    shared.clear_faults()
 
 
 def test_error_rate_and_status_on_and_off(engine: EngineHandle) -> None:
