@@ -144,7 +144,8 @@ class Conductor:
             view = seen.get(name) or EngineView(name, up.spec.device, up.spec.url, up.spec.dialect)
             enabled, draining = self.runtime.engine_flags(name)
             engines.append(
-                replace(view, enabled=enabled, draining=draining, inflight=up.inflight, scheduled=up.scheduled)
+                replace(view, enabled=enabled, draining=draining, inflight=up.inflight, scheduled=up.scheduled,
+                        inflight_decode_tokens=up.decode_tokens, scheduled_prompt_tokens=up.prompt_tokens)
             )
         return replace(snap, engines=tuple(engines))
 

@@ -277,10 +277,22 @@ class Daemon:
 
     def _start_background(self, ctx: ControlContext) -> None:
         self._spawn(publish_states(ctx, self._stop))
+        self._spawn(self._startup_check())
         self._spawn(self._status_loop())
         interval = watchdog_interval()
         if interval is not None and self.notifier.enabled:
             self._spawn(self._watchdog_loop(interval))
+
+    async def _startup_check(self) -> None:
+        # As sysHAX does: probe every engine, and time a short generation on each when enabled.
+        # In the background, bounded, never fatal: requests are served meanwhile.
+        from syshaxd.startup import startup_check
+
+        try:
+            await startup_check(self.specs, self.config.models.params, generate=self.config.monitor.startup_check,
+                                default_model=self.config.models.default)
+        except Exception:
+            log.exception("startup check failed")
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

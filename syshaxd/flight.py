@@ -43,12 +43,15 @@ class Flight:
         self.unstarted.add(up)
         up.inflight += 1
         up.scheduled += 1
+        up.decode_tokens += self.features.max_tokens
+        up.prompt_tokens += self.features.prompt_tokens
 
     def first_byte(self, up: Upstream) -> None:
         """The engine started answering: it is no longer merely scheduled."""
         if up in self.unstarted:
             self.unstarted.discard(up)
             up.scheduled -= 1
+            up.prompt_tokens -= self.features.prompt_tokens
         if self.ttft is None:
             self.ttft = time.monotonic() - self.t0
 
@@ -57,9 +60,11 @@ class Flight:
         if up in self.unstarted:
             self.unstarted.discard(up)
             up.scheduled -= 1
+            up.prompt_tokens -= self.features.prompt_tokens
         if up in self.holds:
             self.holds.discard(up)
             up.inflight -= 1
+            up.decode_tokens -= self.features.max_tokens
             return True
         return False
 

@@ -105,7 +105,7 @@ class RuntimeConfig:
 
     def limits(self) -> Limits:
         """The decider's settings as the policy sees them."""
-        return Limits.from_decider(self._config.decider)
+        return Limits.from_decider(self._config.decider, handoff=self._config.services.gpu.handoff)
 
     def engine_flags(self, name: str) -> tuple[bool, bool]:
         """``(enabled, draining)`` of an engine (unknown engines are enabled, not draining)."""

@@ -40,6 +40,8 @@ class Upstream:
     client: httpx.AsyncClient
     inflight: int = 0  # routed here, not finished
     scheduled: int = 0  # routed here, no first byte yet
+    decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
+    prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
 
     @classmethod
     def create(cls, spec: EngineSpec) -> Upstream:
