@@ -130,6 +130,7 @@ def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, 
 
         def release() -> None:
             core.release(rid)
+            engine.live.wake()
 
         engine.store.put(
             f"{engine.engine_id}/{plan.request_id}",

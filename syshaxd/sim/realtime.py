@@ -104,6 +104,10 @@ class LiveEngine:
         self.core.abort(rid)
         self._wake.set()
 
+    def wake(self) -> None:
+        """Look at the queues again (blocks were freed from outside, e.g. a handoff was taken)."""
+        self._wake.set()
+
     def forget(self, rid: str) -> None:
         """Stop delivering events for a request that ended normally."""
         self._handles.pop(rid, None)
@@ -137,7 +141,12 @@ class LiveEngine:
                 self.core.now = self.vnow()  # idle time passed
             result = self.core.step()
             if result is None:
-                await asyncio.sleep(0)
+                # queued work that cannot start (blocks held for a remote decode): wait for news
+                self._wake.clear()
+                try:
+                    await asyncio.wait_for(self._wake.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass
                 continue
             end = result.end
             await asyncio.sleep(max(0.0, (end - self.vnow()) / self.speed))

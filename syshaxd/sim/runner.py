@@ -66,6 +66,7 @@ class _Engine:
     inflight: int = 0
     scheduled: int = 0
     pending: StepResult | None = None
+    stalled: bool = False  # queued work that cannot start until something changes
     ttft: list[float] = field(default_factory=lambda: [0.0, 0.0])  # count, sum
     tpot: list[float] = field(default_factory=lambda: [0.0, 0.0])
     last_token: dict[str, float] = field(default_factory=dict)
@@ -73,6 +74,8 @@ class _Engine:
     def next_time(self) -> float:
         if self.pending is not None:
             return self.pending.end
+        if self.stalled:
+            return INF
         t = self.core.next_event_time()
         return INF if t is None else t
 
@@ -228,6 +231,7 @@ class VirtualConductor:
         f.segment += 1
         rid = f"{f.index}.{f.segment}"
         e.core.submit(SimRequest(rid, context, new, kv_ready_tokens=kv_ready, kv_delay=kv_delay), at=self.now)
+        e.stalled = False
         f.rid, f.engine = rid, e.spec.name
         f.devices.add(e.spec.device)
         self.by_rid[rid] = f
@@ -300,7 +304,9 @@ class VirtualConductor:
         if outcome == "ok":
             f.finished = self.now
         elif f.rid is not None and f.engine is not None:
-            self.engines[f.engine].core.abort(f.rid)
+            engine = self.engines[f.engine]
+            engine.core.abort(f.rid)
+            engine.stalled = False  # freed blocks may let queued work start
             self.by_rid.pop(f.rid, None)
         for name in list(f.holds):
             self._release(f, self.engines[name])
@@ -374,6 +380,7 @@ class VirtualConductor:
                 horizon = min([t_arrival, t_deadline, next_scrape] + [x for x, e in zip(times, engines, strict=True)
                                                                       if e is not first])
                 first.pending = first.core.advance(max(horizon, first.core.now))
+                first.stalled = first.pending is None
         return self._result()
 
     def _result(self) -> RunResult:
