@@ -35,7 +35,7 @@ class StackOptions:
 
     policy: str = "classic"
     handoff: str = "syshax"
-    speed: float = 10.0
+    speed: float = 3.0
     gpu_profile: str = GPU_PROFILE
     cpu_profile: str = CPU_PROFILE
     #: decider keys set in the demo's config file (the batch limits sysHAX ships with).

@@ -205,7 +205,7 @@ def summary_tables(summary: Summary) -> list[Table]:
     for name in ("ok", "failed", "cancelled at stop", "mean TTFT s", "mean latency s"):
         routes.add_column(name, justify="right")
     for key, r in summary.routes.items():
-        routes.add_row(key, str(r["ok"]), str(r["failed"]), str(r["cancelled"]),
+        routes.add_row("(queued, never routed)" if key.startswith("none/") else key, str(r["ok"]), str(r["failed"]), str(r["cancelled"]),
                        _secs(r["ttft_mean_s"]), _secs(r["e2e_mean_s"]))
     c = summary.client
     routes.add_section()

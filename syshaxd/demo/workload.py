@@ -139,13 +139,33 @@ def find_real_trace(checkout: Path | None = None) -> Path | None:
 
 
 def choose_trace(option: str) -> Trace:
-    """``auto`` (the full trace if found, else the sample), ``sample``, or a path."""
+    """``auto`` (the full trace if found, else the sample), ``sample``, or a path.
+
+    The full trace is replayed from its most typical window on (the one the sample was
+    cut from) rather than from its first minute, which is quieter than the hour.
+    """
     if option == "sample":
         return load_sample()
     if option == "auto":
         real = find_real_trace()
-        return load_trace(real) if real else load_sample()
+        if real is None:
+            return load_sample()
+        trace = load_trace(real)
+        return rotated(trace, best_window(trace, SAMPLE_ROWS))
     return load_trace(Path(option))
+
+
+def rotated(trace: Trace, start: int) -> Trace:
+    """The same requests, starting at row ``start`` and wrapping around to the beginning."""
+    if start <= 0 or start >= len(trace.rows):
+        return trace
+    gap = trace.span / max(1, len(trace.rows) - 1)
+    head, tail = trace.rows[start:], trace.rows[:start]
+    t0 = head[0].offset
+    after = head[-1].offset - t0 + gap
+    rows = [Row(r.offset - t0, r.prompt_tokens, r.output_tokens) for r in head]
+    rows += [Row(after + r.offset, r.prompt_tokens, r.output_tokens) for r in tail]
+    return Trace(tuple(rows), f"{trace.source} (from request {start + 1})")
 
 
 @dataclass(frozen=True)

@@ -108,3 +108,12 @@ def test_prompt_has_the_planned_token_count_for_the_simulator() -> None:
     assert prompt_text(1, 50) != prompt_text(2, 50)
     body = request_body(wl.Planned(4, 0.0, 64, 33), "ds-32b")
     assert body["max_tokens"] == 33 and body["ignore_eos"] is True and body["model"] == "ds-32b"
+
+
+def test_rotated_trace_starts_at_the_window_and_wraps_in_order() -> None:
+    trace = wl.parse_trace(["offset_s,prompt_tokens,output_tokens", "0,1,1", "1,2,1", "2,3,1", "3,4,1"], "t")
+    turned = wl.rotated(trace, 2)
+    assert [r.prompt_tokens for r in turned.rows] == [3, 4, 1, 2]
+    assert [r.offset for r in turned.rows] == [0.0, 1.0, 2.0, 3.0]
+    assert "from request 3" in turned.source
+    assert wl.rotated(trace, 0) is trace
