@@ -6,7 +6,6 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -14,7 +13,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from syshaxd import __version__
 from syshaxd.conductor import Conductor
@@ -83,6 +82,50 @@ class RelayResponse(StreamingResponse):
         finally:
             if self._cleanup is not None:
                 self._cleanup()
+
+
+class GuardMiddleware:
+    """Header size limit and the API key, as plain ASGI.
+
+    Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``) pipes every streamed chunk
+    through an extra memory stream and task; on the token-streaming hot path that costs
+    more than everything else the conductor does.
+    """
+
+    def __init__(self, app: ASGIApp, api_key: str | None) -> None:
+        self.app = app
+        self.api_key = api_key.encode() if api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = scope["headers"]
+        size = sum(len(name) + len(value) + 4 for name, value in headers)
+        if size > MAX_HEADER_BYTES:
+            response = JSONResponse(
+                error_body(f"request headers total {size} bytes, over the limit of {MAX_HEADER_BYTES}",
+                           type="invalid_request_error", code="request_header_fields_too_large"),
+                status_code=431,
+            )
+            await response(scope, receive, send)
+            return
+        if self.api_key and scope["path"].startswith("/v1/"):
+            token = b""
+            for name, value in headers:
+                if name == b"authorization":
+                    scheme, _, token = value.partition(b" ")
+                    token = token.strip() if scheme.lower() == b"bearer" else b""
+                    break
+            if not hmac.compare_digest(token, self.api_key):
+                response = JSONResponse(
+                    error_body("missing or invalid API key: send 'Authorization: Bearer <key>'",
+                               type="invalid_request_error", code="invalid_api_key"),
+                    status_code=401, headers={"WWW-Authenticate": "Bearer"},
+                )
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _error_response(exc: ApiError) -> JSONResponse:
@@ -158,25 +201,7 @@ def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
         return JSONResponse(error_body("internal error in syshaxd (logged)", type="internal_error", code="500"),
                             status_code=500)
 
-    @app.middleware("http")
-    async def _auth(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        size = sum(len(name) + len(value) + 4 for name, value in request.scope["headers"])
-        if size > MAX_HEADER_BYTES:
-            return JSONResponse(
-                error_body(f"request headers total {size} bytes, over the limit of {MAX_HEADER_BYTES}",
-                           type="invalid_request_error", code="request_header_fields_too_large"),
-                status_code=431,
-            )
-        if api_key and request.url.path.startswith("/v1/"):
-            header = request.headers.get("authorization", "")
-            scheme, _, token = header.partition(" ")
-            if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), api_key.encode()):
-                return JSONResponse(
-                    error_body("missing or invalid API key: send 'Authorization: Bearer <key>'",
-                               type="invalid_request_error", code="invalid_api_key"),
-                    status_code=401, headers={"WWW-Authenticate": "Bearer"},
-                )
-        return await call_next(request)
+    app.add_middleware(GuardMiddleware, api_key=api_key)
 
     async def serve(request: Request, kind: Kind, forced: Mode | None = None) -> Response:
         _check_content_type(request)
