@@ -35,7 +35,8 @@ async def test_panels_show_the_numbers_the_daemon_reports(control: Control) -> N
         assert f"gpu/whole {state.conductor.decisions['gpu/whole']}" in conductor
         numa = text_of(app.query_one(NumaPanel))
         assert "bound 0-39" in numa and all(f"N{n}" in numa for n in range(4))
-        assert app.query_one(DecisionLogPanel).table.row_count == len(state.recent_decisions)
+        table = app.query_one(DecisionLogPanel).table
+        await wait_for(pilot, lambda: table.row_count == len(state.recent_decisions), "the recorded decisions logged")
         assert "connected" in text_of(app.query_one(StatusBar))
 
 

@@ -23,6 +23,13 @@ def test_the_same_decision_twice_is_one_row_and_a_later_outcome_updates_it() -> 
     assert len(log2.items) == 1 and log2.items[0].ttft == 0.3
 
 
+def test_keys_follow_items_through_adds_and_reorders() -> None:
+    log = DecisionLog(cap=4).add(sample_decision(i, float(t)) for i, t in [(1, 5), (2, 3)])
+    log = log.add([sample_decision(3, 4.0), sample_decision(4, 9.0), sample_decision(5, 1.0)])
+    assert [d.request_id for d in log.items] == ["req-00002", "req-00003", "req-00001", "req-00004"]
+    assert log.keys == tuple(decision_key(d) for d in log.items)
+
+
 def test_one_request_decided_twice_keeps_both_rows() -> None:
     a = sample_decision(1, 10.0)
     b = a.model_copy(update={"time": 11.0, "reason": "token limit reached: ask again"})
@@ -59,7 +66,8 @@ def test_queued_decisions_match_device_queued() -> None:
 def test_visible_filters_then_keeps_the_newest() -> None:
     log = DecisionLog().add(sample_decision(i, float(i), "cpu" if i % 2 else "gpu") for i in range(10))
     shown = visible(log, "device:cpu", 3)
-    assert [d.request_id for d in shown] == ["req-00005", "req-00007", "req-00009"]
+    assert [d.request_id for _, d in shown] == ["req-00005", "req-00007", "req-00009"]
+    assert [key for key, _ in shown] == [decision_key(d) for _, d in shown]
     assert len(visible(log, "", 100)) == 10 and visible(log, "", 0) == ()
 
 

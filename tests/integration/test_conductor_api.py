@@ -22,9 +22,10 @@ def direct_chat(url: str, **body: Any) -> dict[str, Any]:
     return dict(response.json())
 
 
-@pytest.fixture
-def stack(make_stack: Callable[..., Stack]) -> Stack:
-    return make_stack(policy="gpu-only")
+@pytest.fixture(scope="module")
+def stack(make_module_stack: Callable[..., Stack]) -> Stack:
+    """One stack for the tests that only read from it."""
+    return make_module_stack(policy="gpu-only")
 
 
 def test_chat_non_streaming_returns_the_engines_answer(stack: Stack) -> None:
@@ -93,8 +94,9 @@ def test_models_health_metrics_and_docs(stack: Stack) -> None:
     assert [m.id for m in models.data] == ["ds-32b"]
     health = httpx.get(f"{stack.url}/health", timeout=5).json()
     assert health["status"] == "ok" and set(health["engines"]) == {"gpu0", "cpu0"}
+    before = stack.metric("syshax_requests_total", device="gpu", mode="whole", outcome="ok")
     stack.openai().chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=2)
-    assert stack.metric("syshax_requests_total", device="gpu", mode="whole", outcome="ok") >= 1
+    assert stack.metric("syshax_requests_total", device="gpu", mode="whole", outcome="ok") == before + 1
     assert stack.metric("syshax_engine_state", engine="cpu0", state="up") == 1
     assert httpx.get(f"{stack.url}/openapi.json", timeout=5).json()["paths"]["/v1/chat/completions"]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable
@@ -33,12 +34,7 @@ def test_policy_sends_requests_to_its_device(make_stack: Callable[..., Stack], p
     assert stack.engine_metric(url, "vllm:generation_tokens_total") - before == 4
 
 
-@pytest.mark.parametrize("handoff", ["recompute", "syshax", "kv-transfer"])
-@pytest.mark.parametrize("stream", [False, True])
-def test_pd_split_answer_matches_a_single_engine(make_stack: Callable[..., Stack], handoff: str, stream: bool) -> None:
-    stack = make_stack(policy="classic", handoff=handoff)
-    expected = single_engine_text(stack.gpu_url, 9)
-    cpu_before = stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total")
+def _split_answer(stack: Stack, stream: bool) -> tuple[str, list[str], dict[str, Any]]:
     response = httpx.post(
         f"{stack.url}/v1/chat/pd_disagg",
         json={"model": "ds-32b", "messages": MESSAGES, "max_tokens": 9, "stream": stream,
@@ -46,24 +42,30 @@ def test_pd_split_answer_matches_a_single_engine(make_stack: Callable[..., Stack
         timeout=30,
     )
     assert response.status_code == 200, response.text
-    if stream:
-        import json
-
-        events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-        assert events[-1] == "[DONE]"
-        chunks = [json.loads(e) for e in events[:-1]]
-        assert len({c["id"] for c in chunks}) == 1
-        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
-        finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
-        usage = [c["usage"] for c in chunks if c.get("usage")][-1]
-    else:
+    if not stream:
         body = response.json()
-        text, finish, usage = body["choices"][0]["message"]["content"], [body["choices"][0]["finish_reason"]], body["usage"]
-    assert text == expected
-    assert finish == ["length"]
-    assert usage["completion_tokens"] == 9
-    assert stack.metric("syshax_requests_total", mode="pd_split", outcome="ok") == 1
-    assert stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total") > cpu_before
+        return body["choices"][0]["message"]["content"], [body["choices"][0]["finish_reason"]], body["usage"]
+    events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(e) for e in events[:-1]]
+    assert len({c["id"] for c in chunks}) == 1
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]
+    return text, finish, [c["usage"] for c in chunks if c.get("usage")][-1]
+
+
+@pytest.mark.parametrize("handoff", ["recompute", "syshax", "kv-transfer"])
+def test_pd_split_answer_matches_a_single_engine(make_stack: Callable[..., Stack], handoff: str) -> None:
+    stack = make_stack(policy="classic", handoff=handoff)
+    expected = single_engine_text(stack.gpu_url, 9)
+    for stream in (False, True):
+        cpu_before = stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total")
+        text, finish, usage = _split_answer(stack, stream)
+        assert text == expected
+        assert finish == ["length"]
+        assert usage["completion_tokens"] == 9
+        assert stack.engine_metric(stack.cpu_url, "vllm:generation_tokens_total") > cpu_before
+    assert stack.metric("syshax_requests_total", mode="pd_split", outcome="ok") == 2
 
 
 def _slow_request(url: str, results: list[Any], max_tokens: int = 400) -> None:

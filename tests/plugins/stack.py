@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,9 +96,9 @@ def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
     return base
 
 
-@pytest.fixture
-def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
-    """Factory: ``make_stack(policy="gpu-only", handoff="recompute", config={...})``."""
+@contextmanager
+def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Start stacks under ``tmp_path``; stop every process they started on exit."""
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Any] = []
 
@@ -169,8 +170,24 @@ def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             time.sleep(0.1)
         return Stack(url, gpu_url, cpu_url, config_path, tmp_path, daemon, engines, log_path, api_key)
 
-    yield start
-    for proc in reversed(procs):
-        _stop(proc)
-    for handle in logs:
-        handle.close()
+    try:
+        yield start
+    finally:
+        for proc in reversed(procs):
+            _stop(proc)
+        for handle in logs:
+            handle.close()
+
+
+@pytest.fixture
+def make_stack(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
+    """Factory: ``make_stack(policy="gpu-only", handoff="recompute", config={...})``."""
+    with _stack_factory(tmp_path) as start:
+        yield start
+
+
+@pytest.fixture(scope="module")
+def make_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Stack]]:
+    """The same factory for stacks shared by a module's tests (read-only tests only)."""
+    with _stack_factory(tmp_path_factory.mktemp("stack")) as start:
+        yield start
