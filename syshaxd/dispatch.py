@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from syshaxd.assemble import assemble, streaming_body
 from syshaxd.errors import ApiError, engine_error_message, sse_error
 from syshaxd.flight import Flight
 from syshaxd.handoff import DecodeRequest, SplitContext
@@ -24,6 +25,10 @@ from syshaxd.upstream import EngineFailure, EngineRejected, Upstream, describe_h
 
 if TYPE_CHECKING:
     from syshaxd.conductor import Conductor, Route
+
+#: Dialects always asked to stream: llama-server stops an abandoned non-streamed request
+#: only after a second without any other traffic, which a monitored server never has.
+STREAM_UPSTREAM = frozenset({"llamacpp"})
 
 
 @dataclass
@@ -152,14 +157,17 @@ class Dispatcher:
                 flight.first_byte(up)
                 flight.on_finish = lambda: self.c.close_later(response.aclose())
                 return Answer(stream=self._relay(flight, up, response, chunks, first))
-            response = await asyncio.wait_for(up.open_stream(parsed.path, body, headers), flight.remaining())
-            try:
-                data = await asyncio.wait_for(response.aread(), flight.remaining())
-            except httpx.HTTPError as exc:
-                raise EngineFailure(up.name, describe_http_error(exc)) from None
-            finally:
-                self.c.close_later(response.aclose())
-            _check_json_answer(up, data)
+            if up.spec.dialect in STREAM_UPSTREAM:
+                data = await asyncio.wait_for(self._assembled(flight, up, body, headers), flight.remaining())
+            else:
+                response = await asyncio.wait_for(up.open_stream(parsed.path, body, headers), flight.remaining())
+                try:
+                    data = await asyncio.wait_for(response.aread(), flight.remaining())
+                except httpx.HTTPError as exc:
+                    raise EngineFailure(up.name, describe_http_error(exc)) from None
+                finally:
+                    self.c.close_later(response.aclose())
+                _check_json_answer(up, data)
             flight.first_byte(up)
             self.c.release(flight, up)
             return Answer(body=data)
@@ -175,6 +183,15 @@ class Dispatcher:
         except asyncio.TimeoutError:
             self.c.release(flight, up)
             raise self._timeout() from None
+
+    async def _assembled(self, flight: Flight, up: Upstream, body: bytes, headers: dict[str, str]) -> bytes:
+        """Stream from the engine and build the non-streamed answer (see :mod:`syshaxd.assemble`)."""
+        response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
+        try:
+            flight.first_byte(up)  # this engine sends its headers with the first token
+            return await assemble(response, up.name, flight.parsed.kind == "chat")
+        finally:
+            self.c.close_later(response.aclose())  # also on a client disconnect: stops the engine
 
     @staticmethod
     async def _first_chunk(up: Upstream, chunks: AsyncIterator[bytes]) -> bytes:
