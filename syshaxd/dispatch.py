@@ -25,6 +25,7 @@ from syshaxd.upstream import EngineFailure, EngineRejected, Upstream, describe_h
 
 if TYPE_CHECKING:
     from syshaxd.conductor import Conductor, Route
+    from syshaxd.handoff.slots import SlotHandoff
 
 #: Dialects always asked to stream: llama-server stops an abandoned non-streamed request
 #: only after a second without any other traffic, which a monitored server never has.
@@ -61,21 +62,28 @@ def _merging(protocol: str) -> Callable[[SplitContext], AsyncIterator[Piece]] | 
     return None
 
 
-def _prefill_first(protocol: str) -> Callable[[SplitContext], Any]:
-    if protocol == "kv-transfer":
-        from syshaxd.handoff import kv_transfer
-
-        return kv_transfer.prefill
-    from syshaxd.handoff import slots
-
-    return slots.prefill
-
-
 class Dispatcher:
     """Runs routed requests against engines for one conductor."""
 
     def __init__(self, conductor: Conductor) -> None:
         self.c = conductor
+        self.slots: SlotHandoff | None = None
+        if conductor.handoff == "llamacpp-slots":
+            from syshaxd.handoff.slots import SlotHandoff
+
+            self.slots = SlotHandoff()
+
+    def _prefill_first(self) -> Callable[[SplitContext], Any]:
+        from syshaxd.handoff import kv_transfer
+
+        return self.slots.prefill if self.slots is not None else kv_transfer.prefill
+
+    async def startup_checks(self) -> None:
+        """The handoff protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
+        if self.slots is not None:
+            ups = list(self.c.upstreams.values())
+            await self.slots.check_pairs([u for u in ups if u.spec.device == "gpu"],
+                                         [u for u in ups if u.spec.device == "cpu"])
 
     async def serve(self, parsed: ParsedRequest, forced_mode: Mode | None = None) -> Answer:
         """Admit, route and answer one request. Streams finish their own accounting."""
@@ -114,16 +122,25 @@ class Dispatcher:
         if merging is not None:
             return await self._merged(flight, ctx, merging(ctx))
         try:
-            decode: DecodeRequest = await asyncio.wait_for(_prefill_first(self.c.handoff)(ctx), flight.remaining())
+            decode: DecodeRequest = await asyncio.wait_for(self._prefill_first()(ctx), flight.remaining())
         except EngineFailure as failure:
             self.c.release(flight, gpu)
             # The prefill side failed before the client saw anything: the CPU does it all.
+            if flight.decision is not None:
+                flight.decision = flight.decision.model_copy(update={
+                    "mode": "whole", "engine": cpu.name,
+                    "reason": f"split failed before decoding ({failure}), whole on {cpu.name}; "
+                              f"{flight.decision.reason}"})
             return await self.whole(flight, cpu, parsed.raw, {}, failed=failure)
         except EngineRejected as rejected:
             return self._rejected(rejected)
         except asyncio.TimeoutError:
             raise self._timeout() from None
-        return await self.whole(flight, cpu, decode.body, decode.headers)
+        try:
+            return await self.whole(flight, cpu, decode.body, decode.headers)
+        finally:
+            if decode.on_sent is not None:
+                decode.on_sent()
 
     @staticmethod
     def _rejected(rejected: EngineRejected) -> Answer:

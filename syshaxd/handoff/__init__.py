@@ -42,6 +42,8 @@ class DecodeRequest:
 
     body: bytes
     headers: dict[str, str]
+    #: Called once the decode engine answered or failed (frees what the protocol reserved).
+    on_sent: Callable[[], None] | None = None
 
 
 MergingHandoff = Callable[[SplitContext], AsyncIterator[Piece]]

@@ -18,7 +18,7 @@ the slot in between, the server's prefix match just recomputes more of the promp
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -206,14 +206,20 @@ async def erase(client: httpx.AsyncClient, id_slot: int, *, side: str = "decode"
     return int(data.get("n_erased", 0))
 
 
-async def idle_slot(client: httpx.AsyncClient, *, side: str = "prefill") -> int | None:
-    """The id of a slot that is not processing (None when all are busy). Needs --slots."""
+async def idle_slot(
+    client: httpx.AsyncClient, *, side: str = "prefill", exclude: Collection[int] = ()
+) -> int | None:
+    """The id of a slot that is not processing and not in ``exclude`` (None when there is none).
+
+    Needs --slots.
+    """
     slots = await _get(client, side, "/slots")
     if not isinstance(slots, list):
         raise HandoffError(side, "GET /slots did not return a list")
     for slot in slots:
         if isinstance(slot, dict) and not slot.get("is_processing", True):
-            return int(slot["id"])
+            if int(slot["id"]) not in exclude:
+                return int(slot["id"])
     return None
 
 
