@@ -277,6 +277,9 @@ class Daemon:
 
     def _start_background(self, ctx: ControlContext) -> None:
         self._spawn(publish_states(ctx, self._stop))
+        # llamacpp-slots: check every pair now, so a mismatch is in the log at start; the
+        # first split waits for this verdict, and none runs between unmatched servers.
+        self._spawn(self.conductor.dispatcher.startup_checks())
         self._spawn(self._startup_check())
         self._spawn(self._status_loop())
         interval = watchdog_interval()
