@@ -67,6 +67,24 @@ def test_chat_through_the_conductor(stack: LlamaStack) -> None:
     assert answer.usage.prompt_tokens > 10
 
 
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_a_non_streamed_answer_has_the_servers_own_shape(stack: LlamaStack, path: str) -> None:
+    # The conductor streams from llama-server and assembles the answer: it must look like
+    # the one the server sends itself.
+    body = {"model": "tiny", "max_tokens": 8, **GREEDY, **NO_EOS,
+            **({"messages": MESSAGES} if "chat" in path else {"prompt": PROMPT})}
+    direct = httpx.post(stack.gpu.url + path, json=body, timeout=30).json()
+    through = httpx.post(stack.url + path, json=body, timeout=30).json()
+    assert through["model"] == "gpu-role"
+    assert set(through) == set(direct)
+    assert set(through["choices"][0]) == set(direct["choices"][0])
+    assert through["choices"] == direct["choices"]
+    assert set(through["usage"]) == set(direct["usage"])
+    for key in ("prompt_tokens", "completion_tokens", "total_tokens"):
+        assert through["usage"][key] == direct["usage"][key]
+    assert through["object"] == direct["object"] and through["id"].startswith("chatcmpl-")
+
+
 def test_chat_stream_through_the_conductor(stack: LlamaStack) -> None:
     client = stack.openai()
     stream = client.chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=12, stream=True,
@@ -138,6 +156,21 @@ def test_forced_split_gives_the_single_server_greedy_text(stack: LlamaStack, str
     split = [d for d in stack.state().recent_decisions if d.mode == "pd_split"]
     assert split and split[-1].engine == "gpu0+cpu0"
     assert split[-1].outcome == "ok"
+
+
+async def test_concurrent_splits_each_get_their_own_slots(stack: LlamaStack) -> None:
+    bodies = [{"model": "tiny", "messages": [{"role": "user", "content": f"Concurrent split number {i}."}],
+               "max_tokens": 12, **GREEDY, **NO_EOS} for i in range(3)]
+    async with httpx.AsyncClient(timeout=60) as http:
+        references = [(await http.post(f"{stack.cpu.url}/v1/chat/completions", json={**b, "id_slot": 3})).json()
+                      for b in bodies]
+        answers = await asyncio.gather(*(http.post(f"{stack.url}/v1/chat/pd_disagg", json=b) for b in bodies))
+    for reference, resp in zip(references, answers, strict=True):
+        assert resp.status_code == 200, resp.text
+        data = resp.json()
+        assert data["choices"][0]["message"]["content"] == reference["choices"][0]["message"]["content"]
+        # Each decode found its own prompt restored: no split restored into another's slot.
+        assert data["timings"]["prompt_n"] == 1, data["timings"]
 
 
 def test_split_reuses_a_bounded_set_of_slot_files(stack: LlamaStack) -> None:

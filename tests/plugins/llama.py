@@ -122,8 +122,12 @@ def start_llama_server(
     n_parallel: int = N_PARALLEL,
     n_ctx: int = N_CTX,
     extra_args: tuple[str, ...] = (),
+    slot_save: bool = True,
 ) -> LlamaServer:
-    """Start llama-server on a free loopback port and wait until /health is 200."""
+    """Start llama-server on a free loopback port and wait until /health is 200.
+
+    ``slot_save=False`` leaves out ``--slot-save-path`` (slot actions then answer 501).
+    """
     # LLAMA_ARG_* variables would silently change flags under the test.
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     for attempt in range(_BIND_ATTEMPTS):
@@ -132,7 +136,8 @@ def start_llama_server(
         args = [
             str(build.binary), "-m", str(build.model), "--host", "127.0.0.1",
             "--port", str(port), "--metrics", "--slots", "-np", str(n_parallel),
-            "-c", str(n_ctx), "-t", "1", "--slot-save-path", str(slot_dir),
+            "-c", str(n_ctx), "-t", "1",
+            *(("--slot-save-path", str(slot_dir)) if slot_save else ()),
             "--no-webui", *extra_args,
         ]  # fmt: skip
         with open(log_path, "wb") as log:
@@ -166,7 +171,7 @@ def llama_build() -> LlamaBuild:
 
 @pytest.fixture
 def llama_factory(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
-    """Start llama-servers on demand: `factory(slot_dir=, model=, n_parallel=, n_ctx=, extra_args=)`.
+    """Start llama-servers on demand: `factory(slot_dir=, model=, n_parallel=, n_ctx=, extra_args=, slot_save=)`.
 
     All stop at teardown. Servers started without a slot_dir share one fresh slot-save
     directory, which is what the `llamacpp-slots` handoff needs.
@@ -183,11 +188,12 @@ def llama_factory(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
         n_parallel: int = N_PARALLEL,
         n_ctx: int = N_CTX,
         extra_args: tuple[str, ...] = (),
+        slot_save: bool = True,
     ) -> LlamaServer:
         build = LlamaBuild(llama_build.binary, model) if model else llama_build
         server = start_llama_server(
             build, slot_dir or shared_slots, work,
-            n_parallel=n_parallel, n_ctx=n_ctx, extra_args=extra_args,
+            n_parallel=n_parallel, n_ctx=n_ctx, extra_args=extra_args, slot_save=slot_save,
         )  # fmt: skip
         servers.append(server)
         return server
