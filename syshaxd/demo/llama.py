@@ -17,7 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from syshaxd.demo.procs import Child, StartError, Supervisor, wait_until
+from syshaxd.demo.procs import Child, StartError, StopFlag, Supervisor, wait_until
 
 #: Slots per server and total context: 2048 tokens per slot.
 N_PARALLEL = 4
@@ -69,7 +69,9 @@ def _free_port() -> int:
     return free_port()
 
 
-def start_server(sup: Supervisor, build: LlamaBuild, role: str, root: Path, model_name: str) -> tuple[Child, str]:
+def start_server(
+    sup: Supervisor, build: LlamaBuild, role: str, root: Path, model_name: str, stop: StopFlag | None = None
+) -> tuple[Child, str]:
     """Start one llama-server on a free port (retrying a lost port race); returns it and its URL."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     last: StartError | None = None
@@ -84,7 +86,8 @@ def start_server(sup: Supervisor, build: LlamaBuild, role: str, root: Path, mode
         child = sup.start(f"llama-server ({role})", argv, log_path=root / "logs" / f"llama-{role}.log", env=env)
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_until(functools.partial(_healthy, url), 60, f"llama-server ({role}) answered /health", child)
+            wait_until(functools.partial(_healthy, url), 60, f"llama-server ({role}) answered /health", child,
+                       stop=stop)
             return child, url
         except StartError as exc:
             last = exc

@@ -21,7 +21,8 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from types import FrameType
+from typing import IO, Any
 
 _PR_SET_PDEATHSIG = 1
 
@@ -145,10 +146,24 @@ class Supervisor:
                 child.proc.send_signal(sig)
 
 
-def wait_until(check: Callable[[], bool], timeout: float, what: str, child: Child | None = None, step: float = 0.1) -> None:
-    """Call ``check()`` until it returns true; raise StartError if ``child`` dies or time runs out."""
+def wait_until(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str,
+    child: Child | None = None,
+    step: float = 0.1,
+    stop: StopFlag | None = None,
+) -> None:
+    """Call ``check()`` until it returns true.
+
+    Raises:
+        StartError: ``child`` died or time ran out.
+        Interrupted: ``stop`` was set (a signal arrived) meanwhile.
+    """
     deadline = time.monotonic() + timeout
     while True:
+        if stop is not None and stop.reason:
+            raise Interrupted(stop.reason)
         if child is not None and not child.alive():
             raise StartError(f"{child.name} exited with code {child.proc.returncode} before {what}", child)
         if check():
@@ -156,6 +171,43 @@ def wait_until(check: Callable[[], bool], timeout: float, what: str, child: Chil
         if time.monotonic() > deadline:
             raise StartError(f"{what} did not happen within {timeout:.0f}s", child)
         time.sleep(step)
+
+
+class StopFlag:
+    """Set by SIGINT, SIGTERM and SIGHUP; checked where the demo can stop cleanly.
+
+    Handlers only record the signal: raising from a handler can land anywhere (inside
+    ``subprocess.Popen`` after the fork, inside logging's lock release where the exception
+    is swallowed) and leave a child untracked or the demo running.
+    """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+    def __init__(self) -> None:
+        """No signal yet."""
+        self.reason: str | None = None
+
+    def set(self, reason: str) -> None:
+        """Record the first reason to stop."""
+        if self.reason is None:
+            self.reason = reason
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.set(signal.Signals(signum).name)
+
+    def install(self) -> dict[int, Any]:
+        """Route the signals here; returns the previous handlers for :meth:`restore`."""
+        return {sig: signal.signal(sig, self._handler) for sig in self.SIGNALS}
+
+    @staticmethod
+    def restore(previous: Mapping[int, Any]) -> None:
+        """Put back the handlers :meth:`install` replaced."""
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+class Interrupted(Exception):
+    """A signal asked the demo to stop while it was starting."""
 
 
 class StartError(Exception):

@@ -15,16 +15,15 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 
 import httpx
 from rich.console import Console
 
 from syshaxd.demo.load import LoadDriver
-from syshaxd.demo.procs import Child, StartError, Supervisor
+from syshaxd.demo.procs import Child, Interrupted, StartError, StopFlag, Supervisor
 from syshaxd.demo.stack import Stack, StackOptions, start_stack
 from syshaxd.demo.status import (
     build_summary,
@@ -54,41 +53,26 @@ class DemoOptions:
     context_limit: int = CONTEXT_LIMIT  # prompt + output tokens per request
 
 
-class _Stop(Exception):
-    """A signal arrived while the demo was starting."""
-
-
-@contextlib.contextmanager
-def _signals_raise() -> Iterator[None]:
-    """While starting (plain blocking code), SIGTERM and SIGHUP end the demo like Ctrl-C."""
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        raise _Stop(signal.Signals(signum).name)
-
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-
-
 def run_demo(opts: DemoOptions, out: Console) -> int:
     """Run the demo until it is stopped; 0 after a clean run, 1 when a part failed."""
     root = Path(tempfile.mkdtemp(prefix="syshax-demo-"))
     sup = Supervisor(grace=10.0)
+    flag = StopFlag()
+    previous = flag.install()
     try:
-        with _signals_raise():
-            try:
-                with out.status("starting the simulated engines and syshaxd...", spinner="dots"):
-                    stack = start_stack(sup, root, opts.stack)
-            except StartError as exc:
-                out.print(f"[bold red]syshax demo:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
-                return 1
-            except (_Stop, KeyboardInterrupt):
-                out.print("syshax demo: stopped while starting")
-                return 130
-        return asyncio.run(_serve(opts, stack, sup, out))
+        try:
+            with out.status("starting the engines and syshaxd...", spinner="dots"):
+                stack = start_stack(sup, root, opts.stack, stop=flag)
+        except StartError as exc:
+            out.print(f"[bold red]syshax demo:[/] {exc}", markup=True, highlight=False, soft_wrap=True)
+            return 1
+        except Interrupted as exc:
+            out.print(f"syshax demo: stopped while starting ({exc})")
+            return 130
+        try:
+            return asyncio.run(_serve(opts, stack, sup, out, flag))
+        finally:
+            flag.install()  # asyncio put the default handlers back; keep signals harmless until cleaned up
     finally:
         with out.status("stopping...", spinner="dots") if out.is_terminal else contextlib.nullcontext():
             sup.stop_all()
@@ -97,16 +81,21 @@ def run_demo(opts: DemoOptions, out: Console) -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
         out.print(f"stopped {len(sup.children)} processes" + ("" if opts.keep else f"; removed {root}"))
+        StopFlag.restore(previous)
 
 
-async def _serve(opts: DemoOptions, stack: Stack, sup: Supervisor, out: Console) -> int:
+async def _serve(opts: DemoOptions, stack: Stack, sup: Supervisor, out: Console, flag: StopFlag) -> int:
     stop = asyncio.Event()
     why: list[str] = []
 
     def request_stop(reason: str) -> None:
         if not why:
             why.append(reason)
+        flag.set(reason)
         stop.set()
+
+    if flag.reason:  # a signal between the start and here
+        request_stop(flag.reason)
 
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):

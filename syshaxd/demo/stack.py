@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import yaml
 
-from syshaxd.demo.procs import Child, StartError, Supervisor, wait_until
+from syshaxd.demo.procs import Child, StartError, StopFlag, Supervisor, wait_until
 
 GPU_PROFILE = "gpu-a100"
 CPU_PROFILE = "cpu-kunpeng920-q4"
@@ -168,11 +168,14 @@ def _engines_up(api_url: str) -> bool:
     return bool(engines) and all(e.get("state") == "up" for e in engines.values())
 
 
-def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, str] | None = None) -> Stack:
-    """Start the simulator pair and syshaxd under ``root``; return when both engines are up.
+def start_stack(
+    sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, str] | None = None, stop: StopFlag | None = None
+) -> Stack:
+    """Start the engines and syshaxd under ``root``; return when syshaxd sees both engines up.
 
     Raises:
         StartError: a process exited or did not answer in time (the message has its log's end).
+        Interrupted: ``stop`` was set meanwhile.
     """
     (root / "run").mkdir(parents=True, exist_ok=True)
     (root / "state").mkdir(exist_ok=True)
@@ -183,9 +186,9 @@ def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, 
     base_env["COLUMNS"] = "120"  # the simulator's tables in its log
 
     if opts.engines == "llama":
-        engines, gpu_url, cpu_url, model = _start_llama(sup, root, opts)
+        engines, gpu_url, cpu_url, model = _start_llama(sup, root, opts, stop)
     else:
-        engines, gpu_url, cpu_url, model = _start_sim(sup, root, opts, base_env)
+        engines, gpu_url, cpu_url, model = _start_sim(sup, root, opts, base_env, stop)
 
     ports = {"gpu": _port(gpu_url), "cpu": _port(cpu_url), "api": free_port()}
     config = demo_config(opts, root, ports, model)
@@ -197,7 +200,7 @@ def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, 
     )
     api_url = f"http://127.0.0.1:{ports['api']}"
     try:
-        wait_until(lambda: _engines_up(api_url), START_TIMEOUT, "syshaxd saw both engines up", daemon)
+        wait_until(lambda: _engines_up(api_url), START_TIMEOUT, "syshaxd saw both engines up", daemon, stop=stop)
     except StartError:
         for engine in engines:
             if not engine.alive():
@@ -210,23 +213,26 @@ def start_stack(sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, 
 
 
 def _start_sim(
-    sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, str]
+    sup: Supervisor, root: Path, opts: StackOptions, env: dict[str, str], stop: StopFlag | None
 ) -> tuple[tuple[Child, ...], str, str, str | None]:
     sim = sup.start("simulator", sim_command(opts, root), log_path=root / "logs" / "sim.log", env=env)
     ready = root / "sim-ready.json"
-    wait_until(lambda: read_ready(ready) is not None, START_TIMEOUT, "the simulator reported its ports", sim)
+    wait_until(lambda: read_ready(ready) is not None, START_TIMEOUT, "the simulator reported its ports", sim,
+               stop=stop)
     urls = read_ready(ready) or {}
     gpu_url, cpu_url = urls["gpu"], urls["cpu"]
     wait_until(lambda: _answers(f"{gpu_url}/health") and _answers(f"{cpu_url}/health"), START_TIMEOUT,
-               "the simulated engines answered /health", sim)
+               "the simulated engines answered /health", sim, stop=stop)
     return (sim,), gpu_url, cpu_url, served_model(gpu_url)
 
 
-def _start_llama(sup: Supervisor, root: Path, opts: StackOptions) -> tuple[tuple[Child, ...], str, str, str | None]:
+def _start_llama(
+    sup: Supervisor, root: Path, opts: StackOptions, stop: StopFlag | None
+) -> tuple[tuple[Child, ...], str, str, str | None]:
     from syshaxd.demo import llama
 
     build = llama.find_build(opts.llama_server, opts.llama_model)
     (root / "slots").mkdir(exist_ok=True)
-    gpu, gpu_url = llama.start_server(sup, build, "gpu", root, LLAMA_MODEL_NAME)
-    cpu, cpu_url = llama.start_server(sup, build, "cpu", root, LLAMA_MODEL_NAME)
+    gpu, gpu_url = llama.start_server(sup, build, "gpu", root, LLAMA_MODEL_NAME, stop)
+    cpu, cpu_url = llama.start_server(sup, build, "cpu", root, LLAMA_MODEL_NAME, stop)
     return (gpu, cpu), gpu_url, cpu_url, served_model(gpu_url) or LLAMA_MODEL_NAME

@@ -218,7 +218,7 @@ def test_sigterm_while_starting_leaves_nothing(headless: Callable[..., DemoRun])
     run.wait_for(lambda: list(run.tmpdir.glob("syshax-demo-*/logs/sim.log")), 60, "the simulator started")
     run.proc.send_signal(signal.SIGTERM)
     run.proc.wait(60)
-    assert "stopped while starting" in run.output() or "stopping (SIGTERM)" in run.output()
+    assert "stopped while starting (SIGTERM)" in run.output() or "stopping (SIGTERM)" in run.output()
     assert run.leftovers() == []
 
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from syshaxd.demo.procs import StartError, Supervisor, wait_until
+from syshaxd.demo.procs import Interrupted, StartError, StopFlag, Supervisor, wait_until
 
 # A child that starts a grandchild in its own process group, then waits.
 PARENT_OF_SLEEPER = textwrap.dedent("""
@@ -103,3 +103,18 @@ def test_start_error_carries_the_log_tail(tmp_path: Path) -> None:
             wait_until(lambda: False, 20, "it answered", child)
     finally:
         sup.stop_all()
+
+
+def test_a_signal_only_sets_the_flag_and_the_next_wait_stops() -> None:
+    flag = StopFlag()
+    previous = flag.install()
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)  # would end the process with the default handler
+        assert flag.reason == "SIGHUP"
+        with pytest.raises(Interrupted, match="SIGHUP"):
+            wait_until(lambda: False, 20, "never", stop=flag)
+        flag.set("later")  # the first reason is kept
+        assert flag.reason == "SIGHUP"
+    finally:
+        StopFlag.restore(previous)
+    assert signal.getsignal(signal.SIGHUP) == previous[signal.SIGHUP]
