@@ -113,11 +113,11 @@ class Supervisor:
         """Process ids of the children started so far."""
         return [c.pid for c in self.children]
 
-    def stop(self, child: Child, grace: float | None = None) -> int | None:
-        """Stop one child (its whole group): SIGTERM, wait, SIGKILL. Returns its exit code."""
+    def stop(self, child: Child, grace: float | None = None, sig: int = signal.SIGTERM) -> int | None:
+        """Stop one child (its whole group): ``sig``, wait, SIGKILL. Returns its exit code."""
         grace = self.grace if grace is None else grace
         if child.alive():
-            self._signal(child, signal.SIGTERM)
+            self._signal(child, sig)
             try:
                 child.proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:

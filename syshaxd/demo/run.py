@@ -14,10 +14,12 @@ import shutil
 import signal
 import sys
 import tempfile
+import termios
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 from rich.console import Console
@@ -110,16 +112,19 @@ async def _serve(opts: DemoOptions, stack: Stack, sup: Supervisor, out: Console,
         if headless:
             await _status_loop(opts, stack, driver, started, stop, out)
         else:
+            saved = _terminal_modes()
             console = _start_console(stack, sup)
             exited = asyncio.ensure_future(asyncio.to_thread(console.proc.wait))
             stopped = asyncio.ensure_future(stop.wait())
             await asyncio.wait([exited, stopped], return_when=asyncio.FIRST_COMPLETED)
             stopped.cancel()
             if console.alive():
-                await asyncio.to_thread(sup.stop, console, 3.0)
+                # SIGINT, not SIGTERM: Textual then leaves the alternate screen and mouse mode.
+                await asyncio.to_thread(sup.stop, console, 3.0, signal.SIGINT)
             else:
                 request_stop("console closed")
             await exited
+            _restore_terminal(saved, clean=console.proc.returncode in (0, -signal.SIGINT, 130))
         stop.set()
         await load_task
         async with httpx.AsyncClient(timeout=5.0) as client:
@@ -208,3 +213,27 @@ def _start_console(stack: Stack, sup: Supervisor) -> Child:
     ]
     # Same process group as the demo: the console needs the terminal's foreground group.
     return sup.start("console", argv, own_group=False)
+
+
+#: Leave the alternate screen, stop mouse and focus reporting and bracketed paste, show
+#: the cursor: what a full-screen program undoes on a clean exit.
+_TERMINAL_RESET = "\x1b[?1049l\x1b[?1000l\x1b[?1003l\x1b[?1006l\x1b[?1015l\x1b[?1004l\x1b[?2004l\x1b[?7h\x1b[?25h"
+
+
+def _terminal_modes() -> list[Any] | None:
+    """The terminal's settings before the console takes it over (None without a terminal)."""
+    try:
+        return termios.tcgetattr(sys.stdin.fileno())
+    except (termios.error, OSError, ValueError):
+        return None
+
+
+def _restore_terminal(saved: list[Any] | None, *, clean: bool) -> None:
+    """Put the terminal back as it was, also when the console was killed mid-screen."""
+    if saved is None:
+        return
+    with contextlib.suppress(termios.error, OSError, ValueError):
+        termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
+    if not clean:
+        sys.stdout.write(_TERMINAL_RESET)
+        sys.stdout.flush()

@@ -222,7 +222,7 @@ def test_sigterm_while_starting_leaves_nothing(headless: Callable[..., DemoRun])
     assert run.leftovers() == []
 
 
-def _pty_demo(tmpdir: Path) -> tuple[DemoRun, int, list[bytes]]:
+def _pty_demo(tmpdir: Path, duration: str = "120") -> tuple[DemoRun, int, list[bytes]]:
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 140, 0, 0))
 
@@ -230,7 +230,7 @@ def _pty_demo(tmpdir: Path) -> tuple[DemoRun, int, list[bytes]]:
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
     env = {**_env(tmpdir), "TERM": "xterm-256color"}
-    proc = subprocess.Popen([*SYSHAX, "demo", "--speed", "20", "--load", "0.1", "--duration", "120"],
+    proc = subprocess.Popen([*SYSHAX, "demo", "--speed", "20", "--load", "0.1", "--duration", duration],
                             stdin=slave, stdout=slave, stderr=slave, env=env, start_new_session=True,
                             preexec_fn=controlling_terminal)
     os.close(slave)
@@ -269,6 +269,32 @@ def test_console_key_stops_everything(tmp_path: Path, key: bytes) -> None:
         os.close(master)
     assert "stopping (console closed)" in _screen(run.output())
     assert run.leftovers() == []
+    _assert_terminal_restored(run.output())
+
+
+def test_duration_ending_under_the_console_restores_the_terminal(tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    run, master, _ = _pty_demo(tmpdir, duration="12")
+    try:
+        run.wait_for(lambda: "q quit" in _screen(run.output()), 60, "the console drew its footer")
+        while run.proc.poll() is None:
+            run.watch()
+            time.sleep(0.2)
+        assert run.proc.returncode == 0, run.output()[-3000:]
+    finally:
+        _kill_leftovers(run)
+        os.close(master)
+    assert "stopping (--duration 12s reached)" in _screen(run.output())
+    assert run.leftovers() == []
+    _assert_terminal_restored(run.output())
+
+
+def _assert_terminal_restored(raw: str) -> None:
+    """The console's alternate screen and mouse reporting were switched off again."""
+    entered, left = raw.rfind("\x1b[?1049h"), raw.rfind("\x1b[?1049l")
+    assert entered >= 0 and left > entered, "the alternate screen was never left"
+    assert raw.rfind("\x1b[?1000l") > raw.rfind("\x1b[?1000h"), "mouse reporting left on"
 
 
 def _screen(raw: str) -> str:
