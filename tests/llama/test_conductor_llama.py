@@ -283,7 +283,8 @@ async def test_client_disconnect_frees_the_servers_slot(stack: LlamaStack, strea
         if stream:
             async with http.stream("POST", "/v1/completions", json=body) as resp:
                 assert resp.status_code == 200
-                await resp.aiter_bytes().__anext__()
+                chunks = resp.aiter_bytes()  # kept: a dropped iterator would close the response
+                await chunks.__anext__()
                 await _wait_processing(stack, busy=True)
         else:
             request = asyncio.create_task(http.post("/v1/completions", json=body))
@@ -295,3 +296,29 @@ async def test_client_disconnect_frees_the_servers_slot(stack: LlamaStack, strea
     await _wait_processing(stack, busy=False)
     generated = await _predicted(stack) - before
     assert 0 < generated < max_tokens
+
+
+async def test_the_generated_token_counter_moves_only_when_a_request_ends(stack: LlamaStack) -> None:
+    # Why a decode rate from counter deltas reads 0 while llama-server generates: it adds a
+    # request's tokens to llamacpp:tokens_predicted_total when the slot is released. /slots
+    # has the live count (next_token[0].n_decoded) while the slot is processing.
+    await _wait_processing(stack, busy=False)
+    async with httpx.AsyncClient(base_url=stack.cpu.url, timeout=60) as http:
+        before = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
+        body = {"prompt": "Count with me", "max_tokens": 3000, "stream": True, **NO_EOS}
+        async with http.stream("POST", "/v1/completions", json=body) as resp:
+            chunks = 0
+            async for line in resp.aiter_lines():
+                chunks += line.startswith("data: {")
+                if chunks == 50:
+                    # Measured inside the loop: leaving it lets the line iterator be
+                    # finalized, which closes the response and cancels the request.
+                    during = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
+                    slots = (await http.get("/slots")).json()
+                    break
+        await _wait_processing(stack, busy=False)
+        after = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
+    busy = [s for s in slots if s["is_processing"]]
+    assert busy and busy[0]["next_token"][0]["n_decoded"] >= 50, slots
+    assert during == before
+    assert after - before >= 50  # counted once the request ended (here: cancelled)

@@ -46,7 +46,7 @@ def test_killing_the_server_mid_stream_ends_the_stream_and_the_next_request_goes
     client = stack.openai(timeout=60)
     stream = client.completions.create(model="tiny", prompt=LONG["prompt"], max_tokens=LONG["max_tokens"],
                                        stream=True, extra_body={**NO_EOS})
-    first = next(iter(stream))
+    first = next(stream)
     assert first.model == "gpu-role"  # the classic policy sends it to the idle GPU
     stack.gpu.proc.kill()
     stack.gpu.proc.wait(timeout=10)
