@@ -1,6 +1,9 @@
 """One benchmark run: a policy on a hardware scenario over a list of requests, in virtual time.
 
-The virtual-time conductor is ``bench/_vtime.py`` (see its docstring for what it models).
+The run itself is the simulator's virtual-time conductor (:mod:`syshaxd.sim.runner`):
+conductor-faithful snapshots (scrapes every ``monitor.interval``, the monitor's rate
+tracker, live in-flight counts), the bounded admission queue, request timeouts, the
+pd_split handoffs and the CPU token-limit re-asks, all with the config's defaults.
 """
 
 from __future__ import annotations
@@ -10,11 +13,12 @@ from dataclasses import dataclass
 
 from bench._measure import Outcome
 from bench._scenarios import limits
-from bench._vtime import Conductor
 from bench._workloads import Request
 from syshaxd.config import Handoff
 from syshaxd.policy import get_policy
 from syshaxd.sim.profile import load_profile
+from syshaxd.sim.runner import EngineSpec, RunOptions, run
+from syshaxd.sim.traces import TraceRequest
 
 
 @dataclass(frozen=True)
@@ -41,8 +45,19 @@ class RunResult:
 
 def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
     """Replay ``requests`` through the policy and the simulated engines of ``spec``."""
-    gpu = load_profile(spec.gpu_profile) if spec.gpu_profile else None
-    cpu = load_profile(spec.cpu_profile) if spec.cpu_profile else None
-    conductor = Conductor(gpu, cpu, get_policy(spec.policy), limits(spec.ttft_target, spec.tpot_target, spec.handoff))
-    result = conductor.run(requests)
-    return RunResult(result.outcomes, result.busy["gpu"], result.busy["cpu"], result.decisions)
+    engines = []
+    if spec.gpu_profile:
+        engines.append(EngineSpec("gpu0", "gpu", load_profile(spec.gpu_profile)))
+    if spec.cpu_profile:
+        engines.append(EngineSpec("cpu0", "cpu", load_profile(spec.cpu_profile)))
+    trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens) for r in requests]
+    result = run(trace, engines, get_policy(spec.policy), limits(spec.ttft_target, spec.tpot_target, spec.handoff),
+                 RunOptions(handoff=spec.handoff))
+    outcomes = [
+        Outcome(arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, ttft=r.ttft,
+                e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route)
+        for r in sorted(result.requests, key=lambda r: r.index)
+    ]
+    s = result.summary
+    busy = {d: v.utilisation * v.engines * s.makespan for d, v in s.devices.items()}
+    return RunResult(outcomes, busy.get("gpu", 0.0), busy.get("cpu", 0.0), dict(result.decisions))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +27,18 @@ from bench import _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
 from syshaxd.config import Handoff
+from syshaxd.sim import timing
+from syshaxd.sim.profile import load_profile
 
 CAPACITY_SHARE = 0.9
 #: Bisection steps of the capacity search (the bracket shrinks 2^n times).
 CAPACITY_STEPS = 7
 #: Offered rate that saturates any engine here: every request arrives within seconds.
 FLOOD_RATE = 1000.0
-CPU_FRACTIONS = (0.1, 0.25, 0.5, 1.0)
+#: Multiples of the CPU's one-at-a-time service rate tried for the CPU alone.
+CPU_FACTORS = (0.5, 1.0, 2.0, 4.0)
+#: The CPU alone serves few requests an hour: fewer requests keep its runs short.
+CPU_ALONE_REQUESTS = 100
 
 
 @dataclass(frozen=True)
@@ -80,13 +85,16 @@ def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
             tried[rate] = measure(settings, workload, gpu, None, "gpu-only", rate)[0]
         return tried[rate]
 
-    flood = at(FLOOD_RATE)
-    lo, hi = flood.completed_rps / 10, flood.completed_rps
+    # A flood's throughput brackets the capacity; timeouts can make it low, so grow the top.
+    saturated = at(FLOOD_RATE).completed_rps
+    lo, hi = saturated / 10, saturated
+    for _ in range(4):
+        if at(hi).attainment < CAPACITY_SHARE:
+            break
+        lo, hi = hi, hi * 2
     if at(lo).attainment < CAPACITY_SHARE:
-        lo = hi = lo  # even a tenth of the saturated rate misses: report it as the capacity
-    elif at(hi).attainment >= CAPACITY_SHARE:
-        lo = hi
-    for _ in range(CAPACITY_STEPS if lo < hi else 0):
+        hi = lo  # even the bottom of the bracket misses: report it as the capacity
+    for _ in range(CAPACITY_STEPS):
         mid = _sig((lo + hi) / 2)
         if mid in (_sig(lo), _sig(hi)):
             break
@@ -96,20 +104,33 @@ def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
             hi = mid
     # A flood's goodput (its rate times the few that met the targets) is no sustainable rate.
     best = max((s for r, s in tried.items() if r != FLOOD_RATE), key=lambda s: s.goodput)
-    return {"capacity": _sig(lo), "saturated_rps": flood.completed_rps, "best_goodput": best.goodput,
+    return {"capacity": _sig(lo), "saturated_rps": saturated, "best_goodput": best.goodput,
             "best_rate": best.offered_rate, "tried": {str(r): s.attainment for r, s in sorted(tried.items())}}
 
 
+def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
+    """Requests/s the CPU finishes one at a time: the mean of prefill + decode of the workload's requests.
+
+    The CPU's prefill does not gain from batching (it is compute-bound), and on these
+    traces the prefill is most of a request's CPU time, so this is close to its capacity.
+    """
+    profile = load_profile(cpu)
+    reqs = _workloads.requests_at(_source(workload, settings.traces), 1.0, CPU_ALONE_REQUESTS, settings.seed)
+    total = sum(timing.prefill_time(profile, r.prompt_tokens)
+                + r.output_tokens * timing.decode_step_time(profile, [r.prompt_tokens + r.output_tokens // 2])
+                for r in reqs)
+    return len(reqs) / total
+
+
 def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
-    """Phase 2: ``cpu-only`` at fractions of the CPU's saturated throughput; the best goodput."""
-    flood, _ = measure(settings, workload, None, cpu, "cpu-only", FLOOD_RATE)
-    tried = []
-    for fraction in CPU_FRACTIONS:
-        rate = _sig(max(flood.completed_rps * fraction, 1e-4))
-        tried.append(measure(settings, workload, None, cpu, "cpu-only", rate)[0])
+    """Phase 2: ``cpu-only`` at multiples of the CPU's one-at-a-time rate; the best goodput."""
+    base = cpu_service_rate(settings, workload, cpu)
+    small = replace(settings, requests=min(settings.requests, CPU_ALONE_REQUESTS))
+    tried = [measure(small, workload, None, cpu, "cpu-only", _sig(base * f))[0] for f in CPU_FACTORS]
     best = max(tried, key=lambda s: s.goodput)
-    return {"saturated_rps": flood.completed_rps, "best_goodput": best.goodput, "best_rate": best.offered_rate,
-            "best_attainment": best.attainment}
+    return {"service_rate": base, "best_goodput": best.goodput, "best_rate": best.offered_rate,
+            "best_attainment": best.attainment, "requests": small.requests,
+            "tried": {str(s.offered_rate): s.goodput for s in tried}}
 
 
 def sweep_run(settings: Settings, workload: str, gpu: str, cpu: str | None, policy: str, factor: float, rate: float

@@ -80,7 +80,7 @@ def build_plan(args: argparse.Namespace) -> dict[str, Any]:
         "workloads": workloads, "scenarios": scenarios, "policies": list(POLICIES),
         "sweep": list(QUICK_SWEEP if args.quick else SWEEP), "requests": requests, "seed": args.seed,
         "ttft_target": args.ttft, "tpot_target": args.tpot, "handoff": args.handoff, "quick": args.quick,
-        "capacity_share": _sweep.CAPACITY_SHARE,
+        "capacity_share": _sweep.CAPACITY_SHARE, "cpu_alone_requests": _sweep.CPU_ALONE_REQUESTS,
     }
 
 

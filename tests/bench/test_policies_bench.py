@@ -121,42 +121,6 @@ def test_round_robin_alternates_devices() -> None:
     assert all(o.cpu_tokens == o.output_tokens for o in result.outcomes if o.route == "cpu")
 
 
-@pytest.mark.parametrize("handoff", ["syshax", "kv-transfer", "recompute"])
-def test_split_decodes_on_the_cpu(handoff: str) -> None:
-    from dataclasses import replace
-
-    from bench import _scenarios
-    from bench._vtime import Conductor
-    from syshaxd.policy.base import Decision, Mode
-    from syshaxd.sim.profile import load_profile
-
-    def split(snapshot: object, request: object, limits: object) -> Decision:
-        return Decision("cpu", Mode.PD_SPLIT, 5, "test: always split")
-
-    tiny = load_profile("tiny")
-    limits = replace(_scenarios.limits(5.0, 0.2, handoff))  # type: ignore[arg-type]
-    result = Conductor(tiny, tiny, split, limits).run(_burst(3, out=23, gap=5.0))
-    for o in result.outcomes:
-        assert o.e2e is not None and o.output_tokens == 23
-        assert o.route == "split"
-        gpu_tokens = {"syshax": 2, "recompute": 1, "kv-transfer": 0}[handoff]
-        assert o.cpu_tokens == 23 - gpu_tokens
-    if handoff == "syshax":  # segments of 5 tokens: the policy is asked again after each
-        assert result.decisions["reask"] == 3 * ((21 - 1) // 5)
-
-
-def test_request_timeout_ends_a_request_that_cannot_finish() -> None:
-    from bench import _scenarios
-    from bench._vtime import Conductor
-    from syshaxd.policy import get_policy
-    from syshaxd.sim.profile import load_profile
-
-    tiny = load_profile("tiny")
-    conductor = Conductor(None, tiny, get_policy("cpu-only"), _scenarios.limits(5.0, 0.2, "syshax"), timeout=0.5)
-    result = conductor.run([Request(0.0, 64, 100_000 // 64)])
-    assert result.timed_out == 1 and result.outcomes[0].e2e is None
-
-
 # -- the script --------------------------------------------------------------------------
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
