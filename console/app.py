@@ -34,6 +34,7 @@ from console.model import (
     engines_of,
     policy_patch,
 )
+from console.render import fmt_uptime
 from console.widgets.conductor import ConductorPanel
 from console.widgets.confirm import ConfirmModal
 from console.widgets.decisions import DecisionLogPanel
@@ -44,6 +45,9 @@ from console.widgets.status import Status, StatusBar
 from syshaxd.schema import ConfigChangeModel, DecisionModel, PatchBody, StateModel
 
 BACKOFF_MIN = 0.5
+#: Seconds between decision log updates: a table redraw costs more than every other
+#: panel together, and a log that scrolls faster than once a second is not read anyway.
+LOG_INTERVAL = 1.0
 BACKOFF_MAX = 5.0
 VIEWS = {1: "overview", 2: "devices", 3: "host", 4: "decisions"}
 WRITE_ACTIONS = frozenset({"batch", "toggle_pd", "cycle_policy", "drain", "save", "reload"})
@@ -157,6 +161,9 @@ class ConsoleApp(App[None]):
         self._engine_index: dict[Device, int] = {"gpu": 0, "cpu": 0}
         self._view = 1
         self._dirty = True
+        self._log_shown_at = 0.0
+        self._log_shown: DecisionLog | None = None
+        self._pending: list[DecisionModel] = []
         self._problem: str | None = None
         self._retry_at: float | None = None
         self._last_data: float | None = None
@@ -237,14 +244,14 @@ class ConsoleApp(App[None]):
         self.state = state
         self.history = self.history.push(state)
         if state.recent_decisions:
-            self.decisions = self.decisions.add(state.recent_decisions)
+            # The stream sends each decision too; these fill gaps (a reconnect, a drop).
+            self._pending.extend(state.recent_decisions)
         self._last_data = time.monotonic()
         self._dirty = True
 
     def on_decisions(self, decisions: Iterable[DecisionModel]) -> None:
-        """Take routing decisions from the event stream."""
-        self.decisions = self.decisions.add(decisions)
-        self._dirty = True
+        """Take routing decisions from the event stream (merged at the next log update)."""
+        self._pending.extend(decisions)
 
     def on_change(self, change: ConfigChangeModel) -> None:
         """Apply a change the daemon confirmed (event or PATCH answer)."""
@@ -268,6 +275,7 @@ class ConsoleApp(App[None]):
         if not self.connected:
             self.status_bar.update(self._status())
         if not self._dirty:
+            self._tick_log()
             return
         self._dirty = False
         state = self.state
@@ -284,6 +292,19 @@ class ConsoleApp(App[None]):
                     )
                 self.numa.update(state.host)
                 self.conductor.update(state.conductor)
+            self._tick_log()
+
+    def _tick_log(self) -> None:
+        now = time.monotonic()
+        first = self._log_shown is None or not self._log_shown.items
+        if self._pending and (first or now - self._log_shown_at >= LOG_INTERVAL):
+            # Merged here, at most once per log update, not per event: a busy box sends
+            # dozens of decisions a second and each merge walks the whole log.
+            self.decisions = self.decisions.add(self._pending)
+            self._pending = []
+        if self.decisions is not self._log_shown and (first or now - self._log_shown_at >= LOG_INTERVAL):
+            self._log_shown_at = now
+            self._log_shown = self.decisions
             self.log_panel.update(self.decisions)
 
     def _status(self) -> Status:
@@ -293,10 +314,10 @@ class ConsoleApp(App[None]):
             connected=self.connected,
             socket=str(self._client.socket_path) if self._client else "",
             problem=self._problem,
-            retry_in=max(self._retry_at - now, 0.0) if self._retry_at is not None else None,
-            data_age=now - self._last_data if self._last_data is not None and not self.connected else None,
+            retry_in=round(max(self._retry_at - now, 0.0)) if self._retry_at is not None else None,
+            data_age=fmt_uptime(now - self._last_data) if self._last_data is not None and not self.connected else None,
             version=state.version if state else None,
-            uptime=state.uptime if state else None,
+            uptime=fmt_uptime(state.uptime) if state else None,
             side=self.side,
             engine=self.selected_engine_name(self.side),
             readonly=self.readonly,

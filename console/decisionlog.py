@@ -20,42 +20,55 @@ def decision_key(decision: DecisionModel) -> str:
 
 @dataclass(frozen=True)
 class DecisionLog:
-    """The most recent decisions, oldest first, at most ``cap`` of them."""
+    """The most recent decisions, oldest first, at most ``cap`` of them, with their row keys."""
 
     cap: int = 500
     items: tuple[DecisionModel, ...] = ()
-    _index: frozenset[str] = field(default=frozenset(), init=False, repr=False, compare=False)
+    keys: tuple[str, ...] = field(default=(), init=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_index", frozenset(decision_key(d) for d in self.items))
+        object.__setattr__(self, "keys", tuple(decision_key(d) for d in self.items))
 
     def add(self, decisions: Iterable[DecisionModel]) -> DecisionLog:
-        """This log with new decisions appended; a known key is updated in place (its outcome)."""
+        """This log with new decisions appended; a known key is updated in place (its outcome).
+
+        Returns this very log when nothing is new, so callers can skip a redraw.
+        """
+        new = [(decision_key(d), d) for d in decisions]
+        if not new:
+            return self
+        known = dict(zip(self.keys, range(len(self.keys)), strict=True))
         items = list(self.items)
-        index = set(self._index)
-        positions: dict[str, int] | None = None
+        keys = list(self.keys)
         changed = False
-        for decision in decisions:
-            key = decision_key(decision)
-            if key in index:
-                if positions is None:
-                    positions = {decision_key(d): i for i, d in enumerate(items)}
-                pos = positions[key]
-                if items[pos] != decision:
-                    items[pos] = decision
-                    changed = True
-                continue
-            items.append(decision)
-            index.add(key)
-            if positions is not None:
-                positions[key] = len(items) - 1
-            changed = True
+        for key, decision in new:
+            pos = known.get(key)
+            if pos is None:
+                known[key] = len(items)
+                items.append(decision)
+                keys.append(key)
+                changed = True
+            elif items[pos] != decision:
+                items[pos] = decision
+                changed = True
         if not changed:
             return self
-        # Decisions can arrive out of order (state snapshots and events interleave).
-        items.sort(key=lambda d: d.time)
-        items = items[-self.cap :]
-        return DecisionLog(self.cap, tuple(items))
+        start = max(len(self.items) - 1, 0)  # only appended decisions can be out of order
+        if any(items[i].time > items[i + 1].time for i in range(start, len(items) - 1)):
+            # Decisions can arrive out of order (state snapshots and events interleave).
+            order = sorted(range(len(items)), key=lambda i: items[i].time)
+            items = [items[i] for i in order]
+            keys = [keys[i] for i in order]
+        return DecisionLog._of(self.cap, tuple(items[-self.cap :]), tuple(keys[-self.cap :]))
+
+    @classmethod
+    def _of(cls, cap: int, items: tuple[DecisionModel, ...], keys: tuple[str, ...]) -> DecisionLog:
+        # Keys are already known: skip recomputing them in __post_init__.
+        log = cls.__new__(cls)
+        object.__setattr__(log, "cap", cap)
+        object.__setattr__(log, "items", items)
+        object.__setattr__(log, "keys", keys)
+        return log
 
 
 def matches(decision: DecisionModel, query: str) -> bool:
@@ -86,11 +99,12 @@ def matches(decision: DecisionModel, query: str) -> bool:
     return True
 
 
-def visible(log: DecisionLog, query: str, limit: int) -> tuple[DecisionModel, ...]:
-    """The newest ``limit`` decisions that match ``query``, oldest first."""
+def visible(log: DecisionLog, query: str, limit: int) -> tuple[tuple[str, DecisionModel], ...]:
+    """The newest ``limit`` decisions that match ``query`` with their keys, oldest first."""
     if limit <= 0:
         return ()
-    chosen = [d for d in log.items if matches(d, query)] if query.strip() else list(log.items)
+    pairs = zip(log.keys, log.items, strict=True)
+    chosen = [(k, d) for k, d in pairs if matches(d, query)] if query.strip() else list(pairs)
     return tuple(chosen[-limit:])
 
 

@@ -93,18 +93,20 @@ def bar(fraction: float | None, width: int, threshold: float | None = None) -> T
     cells = width - 1 if threshold is not None else width
     filled = round(fraction * cells)
     over = threshold is not None and fraction >= threshold
-    text = Text()
-    mark = round(threshold * cells) if threshold is not None else -1
-    for i in range(cells + (1 if threshold is not None else 0)):
-        if i == mark:
-            text.append("┃", style="bold")
-            continue
-        cell = i - (1 if 0 <= mark < i else 0)
-        if cell < filled:
-            text.append("█", style="red" if over else "green")
-        else:
-            text.append("░", style="dim")
-    return text
+    fill = "red" if over else "green"
+    # Whole runs, not one span per cell: spans are what drawing a line costs.
+    if threshold is None:
+        return Text.assemble(("█" * filled, fill), ("░" * (cells - filled), "dim"))
+    mark = round(threshold * cells)
+    before = min(filled, mark)
+    after = max(filled - mark, 0)
+    return Text.assemble(
+        ("█" * before, fill),
+        ("░" * (mark - before), "dim"),
+        ("┃", "bold"),
+        ("█" * after, fill),
+        ("░" * (cells - mark - after), "dim"),
+    )
 
 
 def sparkline(values: Sequence[float], width: int) -> Text:
@@ -117,9 +119,8 @@ def sparkline(values: Sequence[float], width: int) -> Text:
         return text
     low, high = min(points), max(points)
     span = high - low
-    for value in points:
-        level = 0 if span <= 0 else round((value - low) / span * (len(SPARKS) - 1))
-        text.append(SPARKS[level], style="cyan")
+    levels = (0 if span <= 0 else round((value - low) / span * (len(SPARKS) - 1)) for value in points)
+    text.append("".join(SPARKS[level] for level in levels), style="cyan")
     return text
 
 
@@ -285,10 +286,19 @@ def numa_panel(host: HostModel, layout: CoreLayout, label_width: int, width: int
             if out:
                 out.append("\n")
             out.append((node_label(node) if index == 0 else "").ljust(label_width), style="bold")
+            # Runs of equal style become one span: 160 single-cell spans cost far more to draw.
+            run_text, run_style = "", ""
             for i, core in enumerate(row):
+                cell = heat_cell(core.percent, core.bound)
+                glyph, style = cell.plain, str(cell.style)
                 if layout.gaps and i and i % 8 == 0:
-                    out.append(" ")
-                out.append_text(heat_cell(core.percent, core.bound))
+                    glyph = " " + glyph
+                if style != run_style and run_text:
+                    out.append(run_text, style=run_style)
+                    run_text = ""
+                run_text, run_style = run_text + glyph, style
+            if run_text:
+                out.append(run_text, style=run_style)
             mem = f"  mem {fmt_gib(_used(node), node.mem_total)}"
             if index == 0 and node.mem_total and label_width + strip + len(mem) <= width:
                 out.append(" " * (strip - row_width(len(row), layout.gaps)))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rich.console import RenderableType
+from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -22,8 +22,13 @@ class ConductorPanel(Widget):
     }
     """
 
-    stats: reactive[ConductorStatsModel] = reactive(ConductorStatsModel, layout=True)
+    stats: reactive[ConductorStatsModel] = reactive(ConductorStatsModel)
     """The conductor's counters as the daemon last reported them."""
+
+    def __init__(self) -> None:
+        """An empty panel until the first counters."""
+        super().__init__()
+        self._lines = 0
 
     def on_mount(self) -> None:
         self.border_title = "conductor"
@@ -31,7 +36,12 @@ class ConductorPanel(Widget):
     def update(self, stats: ConductorStatsModel) -> None:
         """Show new counters (the only entry point)."""
         self.stats = stats
+        # Relayout (costly) only when the number of lines changes.
+        lines = len(self.render().plain.split("\n"))
+        if lines != self._lines:
+            self._lines = lines
+            self.refresh(layout=True)
 
-    def render(self) -> RenderableType:
+    def render(self) -> Text:
         """The counters at the panel's width."""
         return conductor_panel(self.stats, max(self.content_size.width, 16))

@@ -11,8 +11,14 @@ from textual.widgets import DataTable, Input
 
 from console.decisionlog import DecisionLog, decision_key, diff_rows, row_cells, visible
 
-COLUMNS = (("time", "time"), ("request", "request"), ("dev", "device"), ("mode", "mode"),
-           ("TTFT est→real", "ttft"), ("reason", "reason"))  # fmt: skip
+#: Rows beyond ``max_rows`` a table may hold before the oldest are trimmed in one batch
+#: (a fifth of ``max_rows``, at most this many).
+TRIM_SLACK = 100
+
+#: (label, key, width): fixed widths spare DataTable measuring every new cell; the reason,
+#: last, takes what is left and is cut at the panel's edge.
+COLUMNS = (("time", "time", 8), ("request", "request", 10), ("dev", "device", 5), ("mode", "mode", 5),
+           ("TTFT est→real", "ttft", 13), ("reason", "reason", None))  # fmt: skip
 
 
 class FilterInput(Input):
@@ -64,18 +70,21 @@ class DecisionLogPanel(Widget):
         """A log that shows at most ``max_rows`` rows."""
         super().__init__(id=id)
         self.max_rows = max_rows
+        self.slack = min(TRIM_SLACK, max(max_rows // 5, 1))
         self._log = DecisionLog(cap=max_rows)
         self._shown_log = self._log
+        self._shown_filter = ""
         self._before_edit = ""
 
     def compose(self) -> ComposeResult:
-        table: DataTable[str] = DataTable(cursor_type="none", zebra_stripes=True)
-        for label, key in COLUMNS:
-            table.add_column(label, key=key)
+        table: DataTable[str] = DataTable(cursor_type="none")
+        for label, key, width in COLUMNS:
+            table.add_column(label, key=key, width=width)
         yield table
         yield FilterInput(placeholder="filter: words, or id: device: mode: engine: reason: outcome:")
 
     def on_mount(self) -> None:
+        self.border_subtitle = "space pause · / filter"
         self._retitle()
         # Follow the newest row until the operator scrolls up; scrolling back down resumes.
         self.table.anchor()
@@ -145,8 +154,8 @@ class DecisionLogPanel(Widget):
             title += f" · filter “{self.filter_text}”"
         if self.paused:
             title += f" · ⏸ PAUSED ({self.pending} new)"
-        self.border_title = title
-        self.border_subtitle = "space pause · / filter"
+        if title != self.border_title:  # setting a title redraws the widget, even unchanged
+            self.border_title = title
 
     def _apply(self) -> None:
         if not self.is_mounted:
@@ -154,12 +163,21 @@ class DecisionLogPanel(Widget):
         self._retitle()
         table = self.table
         wanted = visible(self._log, self.filter_text, self.max_rows)
-        wanted_keys = [decision_key(d) for d in wanted]
+        wanted_keys = [key for key, _ in wanted]
         shown = [row_key.value or "" for row_key in table.rows]
-        old = {decision_key(d): d for d in self._shown_log.items}
-        changed = [decision_key(d) for d in wanted if old.get(decision_key(d), d) != d]
+        old = dict(zip(self._shown_log.keys, self._shown_log.items, strict=True))
+        changed = [key for key, d in wanted if old.get(key, d) != d]
         diff = diff_rows(shown, wanted_keys, changed)
-        by_key = {decision_key(d): d for d in wanted}
+        by_key = dict(wanted)
+        remove = diff.remove
+        if (
+            self.filter_text == self._shown_filter
+            and tuple(shown[: len(remove)]) == remove
+            and len(shown) + len(diff.add) <= self.max_rows + self.slack
+        ):
+            # Only the oldest rows fell off the cap: DataTable.remove_row re-indexes every
+            # row and relayouts the screen, so trim in batches instead of on every update.
+            remove = ()
         with self.app.batch_update():
             if not diff.append_only:
                 # Only a new filter or a late, older decision gets here: refill once.
@@ -167,11 +185,12 @@ class DecisionLogPanel(Widget):
                 for key in wanted_keys:
                     table.add_row(*row_cells(by_key[key]), key=key)
             else:
-                for key in diff.remove:
+                for key in remove:
                     table.remove_row(key)
                 for key in diff.update:
-                    for (_, column), cell in zip(COLUMNS, row_cells(by_key[key]), strict=True):
+                    for (_, column, _), cell in zip(COLUMNS, row_cells(by_key[key]), strict=True):
                         table.update_cell(key, column, cell)
                 for key in diff.add:
                     table.add_row(*row_cells(by_key[key]), key=key)
         self._shown_log = self._log
+        self._shown_filter = self.filter_text

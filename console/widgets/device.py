@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from console.model import Device, History
-from console.render import device_panel, device_title
+from console.render import DETAIL_WIDTH, device_panel, device_title
 from syshaxd.schema import EngineStateModel
 
 
@@ -29,7 +29,7 @@ class DevicePanel(Widget):
     }
     """
 
-    engines: reactive[tuple[EngineStateModel, ...]] = reactive((), layout=True)
+    engines: reactive[tuple[EngineStateModel, ...]] = reactive(())
     """The device's engines as the daemon last reported them."""
     config: reactive[Mapping[str, Any]] = reactive(dict, always_update=False)
     """The daemon's runtime config (batch limits, KV threshold)."""
@@ -45,6 +45,7 @@ class DevicePanel(Widget):
         super().__init__(id=id)
         self.device: Device = device
         self.border_title = device.upper()
+        self._lines = 0
 
     def update(
         self,
@@ -61,7 +62,16 @@ class DevicePanel(Widget):
         self.history = history
         self.selected = selected
         self.selected_engine = selected_engine if selected else None
-        self.border_title = device_title(self.device, config, selected)
+        title = device_title(self.device, config, selected)
+        if title != self.border_title:  # setting a title redraws the widget, even unchanged
+            self.border_title = title
+        # A full layout pass costs more than the repaint: ask for one only when the
+        # panel's height changes (an engine added or removed).
+        per_engine = 4 if self.content_size.width >= DETAIL_WIDTH else 3
+        lines = max(len(engines) * per_engine, 1)
+        if lines != self._lines:
+            self._lines = lines
+            self.refresh(layout=True)
 
     def watch_selected(self, selected: bool) -> None:
         self.set_class(selected, "-selected")

@@ -22,8 +22,13 @@ class NumaPanel(Widget):
     }
     """
 
-    host: reactive[HostModel] = reactive(HostModel, layout=True)
+    host: reactive[HostModel] = reactive(HostModel)
     """The host as the daemon last reported it."""
+
+    def __init__(self) -> None:
+        """An empty panel until the first host reading."""
+        super().__init__()
+        self._lines = 0
 
     def on_mount(self) -> None:
         self.border_title = "NUMA · cores"
@@ -31,11 +36,19 @@ class NumaPanel(Widget):
     def update(self, host: HostModel) -> None:
         """Show new host readings (the only entry point)."""
         self.host = host
-        self.border_title = f"NUMA · {len(host.cpu_percent)} cores"
+        title = f"NUMA · {len(host.cpu_percent)} cores"
+        if title != self.border_title:  # setting a title redraws the widget, even unchanged
+            self.border_title = title
+        # Relayout (costly) only when the strip's height changes, not on every reading.
+        lines = fold_cores(host, self._strip_width()).row_count + 1
+        if lines != self._lines:
+            self._lines = lines
+            self.refresh(layout=True)
+
+    def _strip_width(self) -> int:
+        return max(max(self.content_size.width, 12) - numa_label_width(self.host), 1)
 
     def render(self) -> RenderableType:
         """The heat strip folded to the panel's width."""
-        width = max(self.content_size.width, 12)
-        labels = numa_label_width(self.host)
-        layout = fold_cores(self.host, max(width - labels, 1))
-        return numa_panel(self.host, layout, labels, width)
+        layout = fold_cores(self.host, self._strip_width())
+        return numa_panel(self.host, layout, numa_label_width(self.host), max(self.content_size.width, 12))

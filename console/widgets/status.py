@@ -9,8 +9,6 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.render import fmt_uptime
-
 
 @dataclass(frozen=True)
 class Status:
@@ -19,10 +17,10 @@ class Status:
     connected: bool = False
     socket: str = ""
     problem: str | None = None  # why the last attempt failed
-    retry_in: float | None = None  # seconds until the next attempt
-    data_age: float | None = None  # seconds since the last state, when disconnected
+    retry_in: int | None = None  # seconds until the next attempt
+    data_age: str | None = None  # how old the shown data is, when disconnected
     version: str | None = None
-    uptime: float | None = None
+    uptime: str | None = None  # formatted: an unchanged line is not redrawn
     side: str = "gpu"
     engine: str | None = None
     readonly: bool = False
@@ -64,14 +62,14 @@ class StatusBar(Widget):
             text.append("● connected ", style="bold green")
             text.append(f"syshaxd {s.version or '?'}")
             if s.uptime is not None:
-                text.append(f" up {fmt_uptime(s.uptime)}")
+                text.append(f" up {s.uptime}")
         else:
             # Most important first: the line is cut at the terminal's width.
             text.append("✗ DISCONNECTED — retrying")
             if s.retry_in is not None:
-                text.append(f" in {s.retry_in:.0f}s")
+                text.append(f" in {s.retry_in}s")
             if s.data_age is not None:
-                text.append(f" · data {fmt_uptime(s.data_age)} old")
+                text.append(f" · data {s.data_age} old")
             if s.problem:
                 text.append(f" · {s.problem}")
             if s.readonly:

@@ -277,3 +277,21 @@ async def test_updates_keep_flowing_under_a_modal_and_its_keys_change_nothing(co
         await pilot.press("p", "question_mark")
         await pilot.pause(0.2)
         assert isinstance(app.screen, ConfirmModal) and control.daemon.patches == []
+
+
+async def test_the_log_stays_capped_and_keeps_the_newest(control: Control) -> None:
+    app = console_for(control.path, max_log=10)
+    async with app.run_test(size=(100, 40)) as pilot:
+        await wait_for(pilot, lambda: app.connected, "connected")
+        table = app.log_panel.table
+        base = control.daemon.state.time
+        for n in range(40):
+            control.daemon.add_decision(sample_decision(1000 + n, base + 1 + n))
+            if n % 8 == 7:
+                await pilot.pause(0.3)
+        await wait_for(pilot, lambda: table.row_count and table.get_row_at(table.row_count - 1)[1] == "req-01039",
+                       "the newest decision shown last")  # fmt: skip
+        assert 10 <= table.row_count <= 10 + app.log_panel.slack
+        shown = [table.get_row_at(i)[1] for i in range(table.row_count)]
+        assert shown == sorted(shown) and "req-01000" not in shown
+        assert len(app.decisions.items) == 10
