@@ -10,8 +10,9 @@ anything else -- hangs, streams cut without an error event, connection resets --
 be 0; the daemon's RSS and open file descriptors before the load (cold), after a warm-up
 (the baseline), at the peak and after the load stops; and the latency of ``GET /health``
 measured by a separate process while the load runs, as a proxy for the daemon's event-loop
-lag (the daemon has no loop-lag probe of its own). The clients run in this process on the
-same cores as the daemon: at 1,000 clients their CPU competes with the daemon's.
+lag (the daemon has no loop-lag probe of its own). The clients run in worker processes (one
+per 250 clients) on the same cores as the daemon: at 1,000 clients their CPU competes with
+the daemon's, and the report gives both.
 
     python bench/soak.py                      # 1,000 clients for 120 s
     python bench/soak.py --clients 200 --duration 30
@@ -23,39 +24,35 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
+import math
+import re
 import resource
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
-import yaml
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import free_port, results_dir, wait_http  # noqa: E402
-from bench._soak_parts import Chaos, Engines, Sampler, Tally, health_probe, phases  # noqa: E402
+from bench._common import results_dir  # noqa: E402
+from bench._soak_clients import Workers, body, health_probe, worker_main  # noqa: E402
+from bench._soak_stack import Chaos, Sampler, phases, stack  # noqa: E402
 from syshaxd.loadgen import percentile, stream_chat  # noqa: E402
 
 console = Console()
-#: The daemon answers 504 after this; a client still waiting this long plus a margin is hung.
-REQUEST_TIMEOUT = 60.0
-HANG_MARGIN = 30.0
 #: Pooled keep-alive connections to engines expire after httpx's default 5 s.
 SETTLE_SECONDS = 6.0
 WITHIN = 0.10  # "back within 10 % of the baseline"
-#: Per device; 1,000 clients leave a few hundred requests queued at any time.
-BATCH_LIMIT = 384
+#: Clients per worker process: one Python event loop drives a few hundred streams smoothly.
+CLIENTS_PER_PROCESS = 250
 
 
 def raise_fd_limit(needed: int) -> tuple[int, int]:
@@ -65,53 +62,6 @@ def raise_fd_limit(needed: int) -> tuple[int, int]:
     if soft != resource.RLIM_INFINITY and soft < want:
         resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
     return resource.getrlimit(resource.RLIMIT_NOFILE)
-
-
-@contextmanager
-def stack(tmp: Path, clients: int) -> Iterator[tuple[str, Engines, subprocess.Popen[bytes]]]:
-    """Two simulator engines and syshaxd; yields (API url, engines, daemon); stops them all."""
-    engines = Engines(tmp)
-    daemon: subprocess.Popen[bytes] | None = None
-    log = open(tmp / "syshaxd.log", "wb")  # noqa: SIM115 - closed below
-    try:
-        engines.start()
-        api = free_port()
-        config = {
-            "services": {"gpu": {"port": engines.ports["gpu"]}, "cpu": {"port": engines.ports["cpu"]},
-                         "conductor": {"port": api}},
-            # Batch limits well above the defaults, so most clients stream at once and the
-            # rest wait in the admission queue: both paths are under load.
-            "decider": {"policy": "classic", "gpu_max_batch_size": BATCH_LIMIT, "cpu_max_batch_size": BATCH_LIMIT},
-            "system": {"max_queue_size": clients * 2, "request_timeout": REQUEST_TIMEOUT, "shutdown_grace": 5},
-            "monitor": {"startup_check": False, "interval": 0.25, "scrape_timeout": 1.0},
-            "control": {"socket": str(tmp / "control.sock"), "state_dir": str(tmp / "state")},
-            "logging": {"level": "warning"},
-        }
-        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
-        daemon = subprocess.Popen([sys.executable, "-m", "syshaxd.main", "--config", str(tmp / "config.yaml")],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env)
-        url = f"http://127.0.0.1:{api}"
-        wait_http(f"{url}/health", proc=daemon)
-        yield url, engines, daemon
-    finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        engines.stop()
-        log.close()
-
-
-BODY = {"model": "ds-32b", "messages": [{"role": "user", "content": "soak"}], "ignore_eos": True}
-
-
-def body(i: int) -> dict[str, Any]:
-    """Requests of a few lengths, so streams end at different times."""
-    return {**BODY, "max_tokens": (8, 16, 32)[i % 3]}
 
 
 async def conductor_idle(client: httpx.AsyncClient, url: str, timeout: float = 60.0) -> bool:
@@ -141,42 +91,29 @@ async def settle(url: str) -> bool:
         return idle and await conductor_idle(client, url)
 
 
-async def load(url: str, clients: int, seconds: float, tally: Tally, progress: Progress | None = None,
-               sampler: Sampler | None = None, chaos: Chaos | None = None) -> float:
-    """``clients`` closed-loop streaming clients for ``seconds``; returns the wall time."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT + HANG_MARGIN),
-                               limits=httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8))
+async def drive(workers: Workers, seconds: float, progress: Progress, sampler: Sampler, chaos: Chaos) -> float:
+    """Run the workers under a progress bar; returns the wall time."""
+    task = progress.add_task("load", total=seconds)
     t0 = time.monotonic()
-    deadline = t0 + seconds
-    counter = iter(range(10**9))
-
-    async def worker() -> None:
-        while time.monotonic() < deadline:
-            result = await stream_chat(client, f"{url}/v1/chat/completions", body(next(counter)),
-                                       timeout=REQUEST_TIMEOUT + HANG_MARGIN)
-            tally.add(result)
-
-    async def show() -> None:
-        assert progress is not None
-        task = progress.add_task("load", total=seconds)
-        while time.monotonic() < deadline:
-            sample = sampler.last if sampler else None
-            mem = f"rss {sample.rss / 2**20:.0f} MB, fds {sample.fds}" if sample else ""
-            phase = chaos.current if chaos else "warm-up"
-            progress.update(task, completed=min(seconds, time.monotonic() - t0),
-                            description=f"{phase:<34} ok {tally.completed} err {tally.clean_errors} "
-                                        f"lost {tally.lost}  {mem}")
-            await asyncio.sleep(0.25)
-        progress.update(task, completed=seconds)
-
-    extra = [asyncio.create_task(show())] if progress is not None else []
-    try:
-        await asyncio.gather(*(worker() for _ in range(clients)))
-    finally:
-        await client.aclose()
-        for task in extra:
-            task.cancel()
+    running = asyncio.create_task(workers.run())
+    while not running.done():
+        sample = sampler.last
+        mem = f"rss {sample.rss / 2**20:.0f} MB, fds {sample.fds}" if sample else ""
+        c = workers.counts()
+        progress.update(task, completed=min(seconds, time.monotonic() - t0),
+                        description=f"{chaos.current:<34} ok {c['completed']} err {c['clean_errors']} "
+                                    f"lost {c['lost']}  {mem}")
+        await asyncio.wait({running}, timeout=0.25)
+    await running
     return time.monotonic() - t0
+
+
+_OUTCOME = re.compile(r" outcome=(\S+) ")
+
+
+def daemon_outcomes(log: str) -> dict[str, int]:
+    """How the daemon says requests ended (its access log, one line per request)."""
+    return dict(Counter(m.group(1) for m in _OUTCOME.finditer(log)))
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,35 +124,45 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         proc = psutil.Process(daemon.pid)
         sampler = Sampler(proc)
         cold = sampler.sample()
+        procs = args.procs or math.ceil(args.clients / CLIENTS_PER_PROCESS)
         warm_seconds = min(5.0, max(1.0, args.duration * 0.1))
-        await load(url, args.clients, warm_seconds, Tally())  # the first burst sizes pools and caches
+        # The first burst sizes pools and caches: the baseline is taken after it has settled.
+        await Workers(Path(__file__), url, args.clients, warm_seconds, procs).run()
         await settle(url)
+        log_path = Path(tmp_name) / "syshaxd.log"
+        log_offset = log_path.stat().st_size
         baseline = sampler.sample()
         schedule = [] if args.no_faults else phases(args.duration, kill=args.duration >= 20 and not args.no_kill)
         chaos = Chaos(engines, schedule)
-        tally = Tally()
+        workers = Workers(Path(__file__), url, args.clients, args.duration, procs)
         probe_out = Path(tmp_name) / "probe.json"
         probe = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe", url, "--probe-seconds",
                                                      str(args.duration), "--probe-out", str(probe_out))
-        client_cpu0 = psutil.Process().cpu_times()
+        client_cpu0 = _children_cpu()
         daemon_cpu0 = proc.cpu_times()
         sampler.start()
         chaos_task = asyncio.create_task(chaos.run())
         with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
                       console=console, transient=True) as progress:
-            wall = await load(url, args.clients, args.duration, tally, progress, sampler, chaos)
+            wall = await drive(workers, args.duration, progress, sampler, chaos)
+        tally = workers.tally
+        log_end = log_path.stat().st_size
         await chaos_task
-        await engines.clear_faults()
+        try:
+            await engines.clear_faults()
+        except httpx.HTTPError as exc:
+            chaos.failures.append(f"clearing faults after the run: {type(exc).__name__}: {exc}")
         right_after = sampler.sample()
         drained = await settle(url)
         end = sampler.sample()
         await sampler.stop()
         await asyncio.wait_for(probe.wait(), 60)
         lag = json.loads(probe_out.read_text()) if probe_out.exists() else []
-        client_cpu1 = psutil.Process().cpu_times()
+        client_cpu1 = _children_cpu()
         daemon_cpu1 = proc.cpu_times()
-        log = (Path(tmp_name) / "syshaxd.log").read_text(errors="replace")
-        tracebacks = log.count("Traceback")
+        log = log_path.read_bytes()
+        tracebacks = log.count(b"Traceback")
+        outcomes = daemon_outcomes(log[log_offset:log_end].decode(errors="replace"))
     peak = sampler.peak()
     return {
         "clients": args.clients,
@@ -237,7 +184,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             "right_after": right_after.as_dict(), "end": end.as_dict(),
             "cpu_s": round(sum(daemon_cpu1[:2]) - sum(daemon_cpu0[:2]), 1),
         },
-        "client_cpu_s": round(sum(client_cpu1[:2]) - sum(client_cpu0[:2]), 1),
+        "client_cpu_s": round(client_cpu1 - client_cpu0, 1),
+        "client_processes": procs,
+        "daemon_outcomes": outcomes,
         "health_latency_ms": {"samples": len(lag), "p50": _ms(percentile(lag, 0.5)),
                               "p99": _ms(percentile(lag, 0.99)), "max": _ms(max(lag) if lag else None)},
         "loop_lag_note": "GET /health latency from a separate process while the load runs (a proxy: "
@@ -245,8 +194,16 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         "drained": drained,
         "daemon_tracebacks": tracebacks,
         "phases": [{"at_s": round(at, 1), "phase": name} for at, name, _ in schedule],
+        "fault_switch_failures": chaos.failures,
         "verdicts": verdicts(tally.lost, drained, tracebacks, baseline.as_dict(), end.as_dict()),
     }
+
+
+def _children_cpu() -> float:
+    """CPU seconds of this process and its finished children (the client workers)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def verdicts(lost: int, drained: bool, tracebacks: int, base: dict[str, Any], end: dict[str, Any]) -> list[dict[str, str]]:
@@ -291,7 +248,9 @@ def show(report: dict[str, Any]) -> None:
                      f"{d[name]['rss_mb']} / {d[name]['fds']} / {d[name]['connections']}"))
     rows += [("daemon CPU s / client CPU s", f"{d['cpu_s']} / {report['client_cpu_s']}"),
              ("in flight and queue back to 0", "yes" if report["drained"] else "NO"),
-             ("daemon tracebacks", report["daemon_tracebacks"])]
+             ("daemon tracebacks", report["daemon_tracebacks"]),
+             ("fault switches that failed", len(report["fault_switch_failures"])),
+             ("daemon's access log: outcomes", ", ".join(f"{k} {v}" for k, v in sorted(report["daemon_outcomes"].items())))]
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
@@ -318,12 +277,19 @@ def main() -> int:
     parser.add_argument("--no-kill", action="store_true", help="do not kill and restart the GPU engine")
     parser.add_argument("--no-faults", action="store_true", help="no faults at all (a baseline run)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/soak.json)")
+    parser.add_argument("--procs", type=int, default=0,
+                        help=f"client worker processes (default: one per {CLIENTS_PER_PROCESS} clients)")
+    parser.add_argument("--worker", metavar="URL", help=argparse.SUPPRESS)
+    parser.add_argument("--worker-offset", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
     parser.add_argument("--probe-seconds", type=float, default=0.0, help=argparse.SUPPRESS)
     parser.add_argument("--probe-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.probe:
         health_probe(args.probe, args.probe_seconds, args.probe_out)
+        return 0
+    if args.worker:
+        worker_main(args.worker, args.clients, args.duration, args.worker_offset)
         return 0
     if args.quick:
         args.clients, args.duration = 20, 5.0

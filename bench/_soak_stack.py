@@ -1,25 +1,30 @@
-"""Pieces of bench/soak.py: the engines and their faults, the fault schedule, the daemon's
-resource samples, the tally of outcomes, and the /health latency probe."""
+"""What bench/soak.py runs against: two simulator engines and syshaxd, the fault schedule
+switched on them during the load, and samples of the daemon's memory and descriptors."""
 
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import signal
 import subprocess
 import sys
 import time
-from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psutil
+import yaml
 
 from bench._common import free_port, wait_http
-from syshaxd.loadgen import Result
+
+#: The daemon answers 504 after this many seconds.
+REQUEST_TIMEOUT = 60.0
+#: Per device; 1,000 clients leave a few hundred requests queued at any time.
+BATCH_LIMIT = 384
 
 # -- engines -------------------------------------------------------------------------------
 
@@ -70,10 +75,15 @@ class Engines:
         await asyncio.to_thread(wait_http, f"{self.url(device)}/health", 30.0, proc)
 
     async def faults(self, device: str, **settings: Any) -> None:
-        """Set faults on an engine (none given: all off); a dead engine is skipped."""
+        """Set faults on an engine (none given: all off); a dead engine is skipped.
+
+        Raises:
+            httpx.HTTPError: the engine did not take the setting.
+        """
         if self.procs[device].poll() is not None:
             return
-        async with httpx.AsyncClient(timeout=5) as client:
+        # Generous: under full load the engine and this process's own loop are both busy.
+        async with httpx.AsyncClient(timeout=30) as client:
             if settings:
                 (await client.post(f"{self.url(device)}/sim/faults", json=settings)).raise_for_status()
             else:
@@ -98,18 +108,61 @@ class Engines:
             log.close()
 
 
+# -- syshaxd ------------------------------------------------------------------------------
+
+
+@contextmanager
+def stack(tmp: Path, clients: int) -> Iterator[tuple[str, Engines, subprocess.Popen[bytes]]]:
+    """Two simulator engines and syshaxd; yields (API url, engines, daemon); stops them all.
+
+    The daemon logs at its default level (info: one access line per request).
+    """
+    engines = Engines(tmp)
+    daemon: subprocess.Popen[bytes] | None = None
+    log = open(tmp / "syshaxd.log", "wb")  # noqa: SIM115 - closed below
+    try:
+        engines.start()
+        api = free_port()
+        config = {
+            "services": {"gpu": {"port": engines.ports["gpu"]}, "cpu": {"port": engines.ports["cpu"]},
+                         "conductor": {"port": api}},
+            # Batch limits well above the defaults, so most clients stream at once and the
+            # rest wait in the admission queue: both paths are under load.
+            "decider": {"policy": "classic", "gpu_max_batch_size": BATCH_LIMIT, "cpu_max_batch_size": BATCH_LIMIT},
+            "system": {"max_queue_size": clients * 2, "request_timeout": REQUEST_TIMEOUT, "shutdown_grace": 5},
+            "monitor": {"startup_check": False, "interval": 0.25, "scrape_timeout": 1.0},
+            "control": {"socket": str(tmp / "control.sock"), "state_dir": str(tmp / "state")},
+        }
+        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
+        daemon = subprocess.Popen([sys.executable, "-m", "syshaxd.main", "--config", str(tmp / "config.yaml")],
+                                  stdout=log, stderr=subprocess.STDOUT, env=env)
+        url = f"http://127.0.0.1:{api}"
+        wait_http(f"{url}/health", proc=daemon)
+        yield url, engines, daemon
+    finally:
+        if daemon is not None and daemon.poll() is None:
+            daemon.terminate()
+            try:
+                daemon.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+        engines.stop()
+        log.close()
+
+
 # -- the fault schedule --------------------------------------------------------------------
 
 #: (share of the run, name, action): an action is a dict of faults per device, or "kill"/"restart".
 PHASES: list[tuple[float, str, Any]] = [
     (0.00, "clean", {}),
-    (0.15, "GPU: 20% of answers fail (500)", {"gpu": {"error_rate": 0.2}}),
-    (0.30, "clean", {}),
-    (0.40, "CPU: garbage; GPU: /metrics lies", {"cpu": {"garbage_body": True}, "gpu": {"metrics": "contradictory"}}),
-    (0.55, "GPU: /metrics hangs", {"gpu": {"metrics": "hang"}}),
-    (0.65, "GPU: killed", "kill"),
-    (0.75, "GPU: restarted", "restart"),
-    (0.85, "clean", {}),
+    (0.10, "GPU: 20% of answers fail (500)", {"gpu": {"error_rate": 0.2}}),
+    (0.25, "GPU: killed mid-stream", "kill"),
+    (0.35, "GPU: restarted", "restart"),
+    (0.45, "CPU: garbage; GPU: /metrics lies", {"cpu": {"garbage_body": True}, "gpu": {"metrics": "contradictory"}}),
+    (0.60, "GPU: /metrics hangs", {"gpu": {"metrics": "hang"}}),
+    (0.75, "clean", {}),
 ]
 
 
@@ -126,6 +179,7 @@ class Chaos:
         self.engines = engines
         self.schedule = schedule
         self.current = "starting"
+        self.failures: list[str] = []  # switches that did not take (reported, not fatal)
 
     async def run(self) -> None:
         """Switch faults at their times (relative to now)."""
@@ -133,14 +187,20 @@ class Chaos:
         for at, name, action in self.schedule:
             await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
             self.current = name
-            if action == "kill":
-                self.engines.kill("gpu")
-            elif action == "restart":
-                await self.engines.restart("gpu")
-            else:
-                await self.engines.clear_faults()
-                for device, settings in action.items():
-                    await self.engines.faults(device, **settings)
+            try:
+                await self._apply(action)
+            except (httpx.HTTPError, OSError, TimeoutError, RuntimeError) as exc:
+                self.failures.append(f"{name} at {time.monotonic() - t0:.0f} s: {type(exc).__name__}: {exc}")
+
+    async def _apply(self, action: Any) -> None:
+        if action == "kill":
+            self.engines.kill("gpu")
+        elif action == "restart":
+            await self.engines.restart("gpu")
+        else:
+            await self.engines.clear_faults()
+            for device, settings in action.items():
+                await self.engines.faults(device, **settings)
 
 
 # -- what the daemon uses ------------------------------------------------------------------
@@ -195,65 +255,3 @@ class Sampler:
         """The largest RSS, fds and connections seen (each its own maximum)."""
         return Sample(max(s.rss for s in self.samples), max(s.fds for s in self.samples),
                       max(s.connections for s in self.samples))
-
-
-# -- outcomes ------------------------------------------------------------------------------
-
-
-@dataclass
-class Tally:
-    """How every request ended."""
-
-    completed: int = 0
-    clean_errors: int = 0
-    lost: int = 0
-    kinds: Counter[str] = field(default_factory=Counter)
-    ttfts: list[float] = field(default_factory=list)
-    lost_examples: list[str] = field(default_factory=list)
-
-    @property
-    def total(self) -> int:
-        """Requests that ended."""
-        return self.completed + self.clean_errors + self.lost
-
-    def add(self, result: Result) -> None:
-        """Count one request: whole answer, clean error, or anything else (lost)."""
-        if result.ok:
-            self.completed += 1
-            if result.ttft is not None:
-                self.ttfts.append(result.ttft)
-            return
-        if result.lost or not result.error:
-            self.lost += 1
-            self.kinds[f"LOST: {(result.error or 'neither an answer nor an error')[:60]}"] += 1
-            if len(self.lost_examples) < 50:
-                self.lost_examples.append(f"HTTP {result.status}, {result.chunks} chunks: {result.error}")
-            return
-        self.clean_errors += 1
-        self.kinds[f"HTTP {result.status}: {_kind(result.error)}"] += 1
-
-
-def _kind(message: str) -> str:
-    """A short, stable kind for an error message (engine names kept, details cut)."""
-    head = message.split(":", 1)[0] if message.startswith("engine ") else message
-    return head[:60]
-
-
-# -- the /health probe (runs as its own process) ---------------------------------------------
-
-
-def health_probe(url: str, seconds: float, out: Path | None, interval: float = 0.05) -> None:
-    """GET /health every ``interval`` seconds for ``seconds``; write the latencies (s) as JSON."""
-    latencies: list[float] = []
-    deadline = time.monotonic() + seconds
-    with httpx.Client(timeout=30, limits=httpx.Limits(max_connections=1)) as client:
-        while time.monotonic() < deadline:
-            t0 = time.perf_counter()
-            try:
-                client.get(f"{url}/health")
-                latencies.append(time.perf_counter() - t0)
-            except httpx.HTTPError:
-                latencies.append(time.perf_counter() - t0)
-            time.sleep(interval)
-    if out is not None:
-        out.write_text(json.dumps(latencies))
