@@ -87,7 +87,8 @@ def generated(report: dict[str, Any], plots: dict[str, str]) -> str:
     """The generated Markdown: settings, findings, target checks, tables, plot links."""
     cfg = report["config"]
     out = [
-        f"Settings: seed {cfg['seed']}, {cfg['requests']} requests per run, targets TTFT <= {cfg['ttft_target']:g} s "
+        f"Settings: seed {cfg['seed']}, {cfg['requests']} requests per run (half for azure-reasoning, "
+        f"{cfg['cpu_alone_requests']} for the CPU alone), targets TTFT <= {cfg['ttft_target']:g} s "
         f"and TPOT <= {cfg['tpot_target'] * 1000:g} ms, handoff `{cfg['handoff']}`, sweep "
         + ", ".join(f"{f:g}x" for f in cfg["sweep"]) + " the GPU-only capacity"
         + (" (quick run)" if cfg["quick"] else "") + ".",

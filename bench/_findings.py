@@ -39,6 +39,14 @@ def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> st
             f"requests, {rt['cpu_token_share'] * 100:.1f}% of tokens, {rt['cpu_util'] * 100:.0f}% busy); best output-token "
             f"throughput gain {_pct(_gain(best['output_tps'], _tps(runs, best)))} (at {best['rate_factor']:g}x)."
         )
+    over = min((f for f in factors if f > 1.0), default=None)
+    if over is not None:
+        pre = [f"{p} {r['gpu_preemptions']}" for p in ("gpu-only", "classic", "adaptive")
+               if (r := _at(runs, p, over)) is not None]
+        lost = [f"{p} {r['requests'] - r['completed']}" for p in ("gpu-only", "round-robin", "classic", "adaptive")
+                if (r := _at(runs, p, over)) is not None]
+        parts.append(f"At {over:g}x, GPU preemptions: {', '.join(pre)}; requests that never finished "
+                     f"(of {runs[0]['requests']}): {', '.join(lost)}.")
     return " ".join(parts)
 
 

@@ -30,6 +30,7 @@ class Outcome:
     e2e: float | None  # None: did not finish
     cpu_tokens: int = 0  # output tokens the CPU generated
     route: str = "gpu"  # gpu, cpu, split (any mix of devices), none
+    outcome: str = "ok"  # ok, rejected (admission queue full), timeout, error
 
     @property
     def tpot(self) -> float | None:
@@ -65,6 +66,9 @@ class Summary:
     gpu_util: float
     cpu_util: float
     makespan: float
+    rejected: int  # admission queue full (429)
+    timed_out: int  # request_timeout (504)
+    gpu_preemptions: int
 
     def as_dict(self) -> dict[str, float | int | None]:
         """Plain JSON values (None where a percentile is infinite: some request never finished)."""
@@ -92,6 +96,7 @@ def summarise(
     tpot_target: float,
     gpu_busy: float,
     cpu_busy: float,
+    gpu_preemptions: int = 0,
 ) -> Summary:
     """Reduce one run's outcomes to its Summary; ``*_busy`` are engine busy seconds."""
     n = len(outcomes)
@@ -130,4 +135,7 @@ def summarise(
         gpu_util=min(1.0, gpu_busy / span),
         cpu_util=min(1.0, cpu_busy / span),
         makespan=span,
+        rejected=sum(o.outcome == "rejected" for o in outcomes),
+        timed_out=sum(o.outcome == "timeout" for o in outcomes),
+        gpu_preemptions=gpu_preemptions,
     )

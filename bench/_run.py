@@ -41,6 +41,7 @@ class RunResult:
     gpu_busy: float
     cpu_busy: float
     decisions: dict[str, int]
+    gpu_preemptions: int
 
 
 def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
@@ -55,9 +56,12 @@ def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
                  RunOptions(handoff=spec.handoff))
     outcomes = [
         Outcome(arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, ttft=r.ttft,
-                e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route)
+                e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route,
+                outcome=r.outcome)
         for r in sorted(result.requests, key=lambda r: r.index)
     ]
     s = result.summary
     busy = {d: v.utilisation * v.engines * s.makespan for d, v in s.devices.items()}
-    return RunResult(outcomes, busy.get("gpu", 0.0), busy.get("cpu", 0.0), dict(result.decisions))
+    gpu = s.devices.get("gpu")
+    return RunResult(outcomes, busy.get("gpu", 0.0), busy.get("cpu", 0.0), dict(result.decisions),
+                     gpu.preemptions if gpu is not None else 0)

@@ -32,7 +32,7 @@ from syshaxd.sim.profile import load_profile
 
 CAPACITY_SHARE = 0.9
 #: Bisection steps of the capacity search (the bracket shrinks 2^n times).
-CAPACITY_STEPS = 7
+CAPACITY_STEPS = 6
 #: Offered rate that saturates any engine here: every request arrives within seconds.
 FLOOD_RATE = 1000.0
 #: Multiples of the CPU's one-at-a-time service rate tried for the CPU alone.
@@ -61,12 +61,14 @@ def _source(name: str, traces: Path) -> _workloads.Source:
 def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
             ) -> tuple[Summary, dict[str, int]]:
     """Run one policy at one offered rate; its summary and its decisions by kind."""
-    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, settings.requests, settings.seed)
+    count = _workloads.run_size(workload, settings.requests)
+    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, count, settings.seed)
     spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy, ttft_target=settings.ttft_target,
                    tpot_target=settings.tpot_target, handoff=settings.handoff)
     result = execute(spec, reqs)
     summary = summarise(result.outcomes, offered_rate=rate, ttft_target=settings.ttft_target,
-                        tpot_target=settings.tpot_target, gpu_busy=result.gpu_busy, cpu_busy=result.cpu_busy)
+                        tpot_target=settings.tpot_target, gpu_busy=result.gpu_busy, cpu_busy=result.cpu_busy,
+                        gpu_preemptions=result.gpu_preemptions)
     return summary, result.decisions
 
 

@@ -34,6 +34,14 @@ CONTEXT_LIMIT = 8192 - 64
 #: ~2,100, its p99 ~6,000 (capped by the context).
 REASONING_SCALE = 10
 WORKLOADS: tuple[str, ...] = ("azure-conv", "sharegpt", "azure-reasoning")
+#: Share of ``--requests`` a run of each workload replays: reasoning answers are ten times
+#: longer, so half as many requests still make a run of comparable virtual length.
+RUN_SHARE: dict[str, float] = {"azure-reasoning": 0.5}
+
+
+def run_size(workload: str, requests: int) -> int:
+    """Requests per run of ``workload`` when the benchmark asks for ``requests``."""
+    return max(2, round(requests * RUN_SHARE.get(workload, 1.0)))
 
 
 class WorkloadError(Exception):

@@ -171,3 +171,38 @@ def test_unknown_scenario_is_refused_with_the_choices(tmp_path: Path) -> None:
     done = _run("--quick", "--scenarios", "h100", "--out", str(tmp_path / "r.json"))
     assert done.returncode == 2
     assert "a100-80g+q4" in done.stdout and "Traceback" not in done.stderr
+
+
+# -- target checks -------------------------------------------------------------------------
+
+def _report(goodput: dict[str, list[float]], ttft_top: dict[str, float | None], attain_gpu: list[float]) -> dict[str, object]:
+    factors = [0.5, 1.0, 2.0]
+    runs = []
+    for policy, values in goodput.items():
+        for i, (f, g) in enumerate(zip(factors, values, strict=True)):
+            runs.append({"policy": policy, "rate_factor": f, "offered_rate": f, "goodput": g, "ceiling_fraction": g / 2.0,
+                         "attainment": attain_gpu[i] if policy == "gpu-only" else 1.0,
+                         "ttft_p99": ttft_top.get(policy) if f == 2.0 else 1.0,
+                         "requests": 10, "completed": 10, "rejected": 0, "timed_out": 0})
+    return {"config": {"policies": list(goodput), "sweep": factors},
+            "workloads": {"azure-conv": {"scenarios": {"s": {"runs": runs, "ceiling": 2.0, "capacity": 1.0}}}}}
+
+
+def test_targets_met_and_missed_are_told_apart() -> None:
+    from bench._report import check_targets
+
+    good = _report({"gpu-only": [0.5, 0.9, 0.3], "classic": [0.5, 0.8, 0.2], "adaptive": [0.5, 1.9, 0.4]},
+                   {"classic": None, "adaptive": 10.0}, [1.0, 0.95, 0.2])
+    assert [c.met for c in check_targets(good, "azure-conv", "s")] == [True, True, True, True]
+
+    bad = _report({"gpu-only": [0.5, 0.9, 0.3], "classic": [0.5, 1.0, 0.2], "adaptive": [0.5, 0.95, 0.25]},
+                  {"classic": 10.0, "adaptive": 8.0}, [1.0, 0.95, 0.2])
+    checks = check_targets(bad, "azure-conv", "s")
+    assert [c.met for c in checks] == [False, False, False, False]
+    assert "1x" in checks[0].measured and "2x" in checks[1].measured  # where the worst gap is
+    assert "20% lower" in checks[3].measured
+
+
+def test_reasoning_runs_replay_half_the_requests() -> None:
+    assert _workloads.run_size("azure-reasoning", 1000) == 500
+    assert _workloads.run_size("azure-conv", 1000) == 1000
