@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 import time
 from collections import Counter
@@ -84,9 +85,10 @@ class Tally:
 
 
 def _kind(message: str) -> str:
-    """A short, stable kind for an error message (engine names kept, details cut)."""
-    head = message.split(":", 1)[0] if message.startswith("engine ") else message
-    return head[:60]
+    """A short, stable kind for an error message: engine names and states kept, details cut."""
+    if message.startswith("engine "):
+        return message.split(":", 1)[0]
+    return re.sub(r"\s*\([^)]*\)", "", message)[:100]
 
 
 # -- one worker process --------------------------------------------------------------------

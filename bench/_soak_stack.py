@@ -130,7 +130,7 @@ def stack(tmp: Path, clients: int) -> Iterator[tuple[str, Engines, subprocess.Po
             # rest wait in the admission queue: both paths are under load.
             "decider": {"policy": "classic", "gpu_max_batch_size": BATCH_LIMIT, "cpu_max_batch_size": BATCH_LIMIT},
             "system": {"max_queue_size": clients * 2, "request_timeout": REQUEST_TIMEOUT, "shutdown_grace": 5},
-            "monitor": {"startup_check": False, "interval": 0.25, "scrape_timeout": 1.0},
+            "monitor": {"startup_check": False},  # default interval and timeouts, as deployed
             "control": {"socket": str(tmp / "control.sock"), "state_dir": str(tmp / "state")},
         }
         (tmp / "config.yaml").write_text(yaml.safe_dump(config))
@@ -175,18 +175,24 @@ def phases(duration: float, kill: bool) -> list[tuple[float, str, Any]]:
 class Chaos:
     """Applies the schedule while the load runs."""
 
-    def __init__(self, engines: Engines, schedule: Sequence[tuple[float, str, Any]]) -> None:
+    def __init__(self, engines: Engines, schedule: Sequence[tuple[float, str, Any]], label: str = "") -> None:
         self.engines = engines
         self.schedule = schedule
-        self.current = "starting"
+        self.label = label
+        self._phase = "starting"
         self.failures: list[str] = []  # switches that did not take (reported, not fatal)
+
+    @property
+    def current(self) -> str:
+        """What is switched on now, with the round's label."""
+        return f"{self.label}: {self._phase}" if self.label else self._phase
 
     async def run(self) -> None:
         """Switch faults at their times (relative to now)."""
         t0 = time.monotonic()
         for at, name, action in self.schedule:
             await asyncio.sleep(max(0.0, t0 + at - time.monotonic()))
-            self.current = name
+            self._phase = name
             try:
                 await self._apply(action)
             except (httpx.HTTPError, OSError, TimeoutError, RuntimeError) as exc:
