@@ -215,15 +215,11 @@ def engine_card(
         swap = ("preempted" if wide else "preempt", fmt_int(engine.preemptions_total))
     labels = ("running", "waiting", "in-flight") if wide else ("run", "wait", "infl")
     gap = "  " if wide else " "
-    line2 = Text(gap)
-    line2.append(f"{labels[0]} ")
-    line2.append(f"{running}/{fmt_int(limit)}", style="bold red" if over else "bold")
-    line2.append(f"{gap}{labels[1]} ")
-    line2.append(fmt_int(engine.waiting), style="bold")
-    line2.append(f"{gap}{swap[0]} ")
-    line2.append(swap[1], style="bold")
-    line2.append(f"{gap}{labels[2]} ")
-    line2.append(str(engine.inflight), style="bold")
+    # Plain text but for a full batch: every styled span is paid for on each redraw.
+    line2 = Text(f"{gap}{labels[0]} ")
+    line2.append(f"{running}/{fmt_int(limit)}", style="bold red" if over else "")
+    line2.append(f"{gap}{labels[1]} {fmt_int(engine.waiting)}{gap}{swap[0]} {swap[1]}"
+                 f"{gap}{labels[2]} {engine.inflight}")  # fmt: skip
 
     if engine.state in ("down", "stale") and engine.last_error:
         line3 = Text("  ✗ ", style="red")
@@ -255,10 +251,9 @@ def _rates_line(engine: EngineStateModel, history: History, width: int) -> Text:
     spark = max((width - fixed) // 2, 0) if has_shape else 0
     line = Text("  dec " if spark else "  decode")
     line.append_text(sparkline(history.decode.get(engine.name, ()), spark))
-    line.append(decode.ljust(7), style="bold")
-    line.append("  pre " if spark else "  prefill")
+    line.append(decode.ljust(7) + ("  pre " if spark else "  prefill"))
     line.append_text(sparkline(history.prefill.get(engine.name, ()), spark))
-    line.append(prefill.ljust(7), style="bold")
+    line.append(prefill.ljust(7))
     return line
 
 
