@@ -46,15 +46,17 @@ console = Console()
 
 def start_daemon(socket: Path, cores: int, engines: int, rate: float, decisions: float) -> subprocess.Popen[bytes]:
     """The stand-in daemon, as its own process, serving generated states."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.console.fakedaemon", "--socket", str(socket), "--cores", str(cores),
-         "--engines", str(engines), "--rate", str(rate), "--decisions", str(decisions)],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
+    log = socket.with_suffix(".log")
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.console.fakedaemon", "--socket", str(socket), "--cores", str(cores),
+             "--engines", str(engines), "--rate", str(rate), "--decisions", str(decisions)],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
     deadline = time.monotonic() + 30
     while not socket.exists():
         if proc.poll() is not None:
-            raise RuntimeError(f"the stand-in daemon exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            raise RuntimeError(f"the stand-in daemon exited: {log.read_text(errors='replace')[-2000:]}")
         if time.monotonic() > deadline:
             raise TimeoutError("the stand-in daemon did not create its socket within 30 s")
         time.sleep(0.05)

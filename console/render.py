@@ -110,7 +110,10 @@ def bar(fraction: float | None, width: int, threshold: float | None = None) -> T
 
 
 def sparkline(values: Sequence[float], width: int) -> Text:
-    """The shape of ``values`` (scaled to their own min and max), newest at the right."""
+    """The shape of ``values`` (scaled to their own min and max), newest at the right.
+
+    Print the value beside it: the height is relative, so noise must not look like peaks.
+    """
     points = resample(values, width)
     if width <= 0:
         return Text()
@@ -119,6 +122,8 @@ def sparkline(values: Sequence[float], width: int) -> Text:
         return text
     low, high = min(points), max(points)
     span = high - low
+    if span < 0.02 * high or high < 0.5:
+        span = 0.0  # noise around a constant (or around zero) draws flat, not as peaks
     levels = (0 if span <= 0 else round((value - low) / span * (len(SPARKS) - 1)) for value in points)
     text.append("".join(SPARKS[level] for level in levels), style="cyan")
     return text

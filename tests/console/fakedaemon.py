@@ -153,7 +153,8 @@ class FakeDaemon:
             if self.generate:
                 current = self.state
                 fresh = generated_state(len(current.host.cpu_percent), len(current.engines), self._t)
-                self.state = fresh.model_copy(update={"config": current.config, "engines": [
+                self.state = fresh.model_copy(update={"config": current.config,
+                                                      "recent_decisions": current.recent_decisions, "engines": [
                     e.model_copy(update={"draining": old.draining, "enabled": old.enabled})
                     for e, old in zip(fresh.engines, current.engines, strict=False)]})  # fmt: skip
             self.publish("state", self.state)

@@ -36,6 +36,9 @@ def test_sparkline_is_exactly_as_wide_as_asked_with_newest_at_the_right() -> Non
     assert sparkline([1, 2, 3], 6).plain == "   ▁▅█"
     assert len(sparkline(list(range(300)), 20).plain) == 20
     assert sparkline([5, 5], 3).plain == " ▁▁"  # no range: flat, not an error
+    assert sparkline([0.01, 0.0, 0.03], 3).plain == "▁▁▁"  # idle noise is not a shape
+    assert sparkline([1000, 1001, 1005], 3).plain == "▁▁▁"
+    assert sparkline([0, 10], 2).plain == "▁█"
     assert sparkline([], 4).plain == "    "
 
 
