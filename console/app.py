@@ -342,9 +342,10 @@ class ConsoleApp(App[None]):
         """
         if isinstance(self.screen, ModalScreen) and action not in ("quit", "command_palette"):
             return False
-        if action in WRITE_ACTIONS and (self.readonly or not self.connected or self.state is None):
-            return None
-        return True
+        return True if self._usable(action) else None
+
+    def _usable(self, action: str) -> bool:
+        return action not in WRITE_ACTIONS or not (self.readonly or not self.connected or self.state is None)
 
     def action_select(self, device: Device) -> None:
         """Select a side; selecting it again moves to its next engine."""
@@ -442,7 +443,8 @@ class ConsoleApp(App[None]):
         yield from super().get_system_commands(screen)
         for binding in self._bindings_list():
             action = binding.action.split("(")[0]
-            if binding.id in ("quit", "help") or self.check_action(action, ()) is not True:
+            # Not check_action: the palette itself is a modal screen while it asks.
+            if binding.id in ("quit", "help") or not self._usable(action):
                 continue
             title = DESCRIPTIONS.get(binding.id or "", binding.description)
             yield SystemCommand(title, f"key: {binding.key_display or binding.key}", self._runner(binding.action))

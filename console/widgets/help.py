@@ -19,6 +19,7 @@ LEGEND = """\
          infl = the conductor's in-flight requests · dec/pre = decode/prefill tokens/s
 [b]NUMA[/b]    one cell per core, ·▁▄█ = idle → 100%, underlined = bound to the CPU engine
 [b]Log[/b]     filter words match any column; id: device: mode: engine: reason: outcome: narrow it
+Ctrl+P opens the command palette: every action above by name.
 Rebind keys with a keymap file (--keymap, or ~/.config/syshax/console-keys.yaml)."""
 
 
@@ -40,7 +41,8 @@ class HelpScreen(ModalScreen[None]):
     """
 
     BINDINGS = [
-        Binding("escape,question_mark,q", "dismiss", "Close help"),
+        Binding("escape", "dismiss", "close help", key_display="esc"),
+        Binding("question_mark,q", "dismiss", "close help", show=False),
     ]
 
     def __init__(self, keys: Sequence[tuple[str, str, str, bool]]) -> None:
