@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
@@ -135,6 +136,7 @@ class ConsoleApp(App[None]):
         readonly: bool = False,
         keymap: dict[str, str] | None = None,
         max_log: int = 500,
+        screenshot: tuple[Path, float] | None = None,
     ) -> None:
         """A console that reaches the daemon through clients made by ``connect``.
 
@@ -145,12 +147,13 @@ class ConsoleApp(App[None]):
             readonly: never offer changes.
             keymap: binding id -> keys, overriding ``BINDINGS``.
             max_log: decisions kept in the log.
+            screenshot: save an SVG screenshot to this path after this many seconds, then exit.
         """
         super().__init__()
         self._connect = connect
         self._client: ControlClient | None = None
         self._refresh_interval = 1.0 / refresh
-        self._keymap = keymap or {}
+        self._operator_keys = keymap or {}
         self.readonly = readonly
         self.readonly_reason: str | None = "started with --readonly" if readonly else None
         self.connected = False
@@ -168,6 +171,7 @@ class ConsoleApp(App[None]):
         self._retry_at: float | None = None
         self._last_data: float | None = None
         self._max_log = max_log
+        self._shot_plan = screenshot
 
     def compose(self) -> ComposeResult:
         # Kept as attributes: App.query_one searches the *active* screen, which is a
@@ -188,11 +192,19 @@ class ConsoleApp(App[None]):
 
     def on_mount(self) -> None:
         self.main_screen = self.screen
-        if self._keymap:
-            self.set_keymap(self._keymap)
+        if self._operator_keys:
+            self.set_keymap(self._operator_keys)
         self.main_screen.add_class("-view-overview")
         self.set_interval(self._refresh_interval, self._tick)
         self.follow_events()
+        if self._shot_plan is not None:
+            self.set_timer(self._shot_plan[1], self._shoot)
+
+    def _shoot(self) -> None:
+        assert self._shot_plan is not None
+        path = self._shot_plan[0]
+        self.save_screenshot(path.name, str(path.parent or "."))
+        self.exit()
 
     async def on_unmount(self) -> None:
         if self._client is not None:
@@ -424,7 +436,7 @@ class ConsoleApp(App[None]):
         """(keys as typed, description, binding id, usable now) for every binding."""
         active = {b.binding.id: b for b in self.main_screen.active_bindings.values()}
         for binding in self._bindings_list():
-            keys = self._keymap.get(binding.id or "", binding.key).split(",")
+            keys = self._operator_keys.get(binding.id or "", binding.key).split(",")
             shown = " ".join(format_key(k) for k in keys)
             usable = active[binding.id].enabled if binding.id in active else True
             yield shown, DESCRIPTIONS.get(binding.id or "", binding.description), binding.id or "", usable

@@ -35,6 +35,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-log", type=int, default=500, metavar="N",
                         help="decisions kept in the log (default 500)")
     parser.add_argument("--once", action="store_true", help="print one plain-text snapshot and exit (no TUI)")
+    parser.add_argument("--screenshot", metavar="PATH", type=Path,
+                        help="run without a terminal, save an SVG screenshot after --after seconds, exit")
+    parser.add_argument("--after", type=float, default=15.0, metavar="SECONDS",
+                        help="with --screenshot: seconds of data to collect first (default 15)")
+    parser.add_argument("--size", default="120x40", metavar="COLSxROWS",
+                        help="with --screenshot: terminal size (default 120x40)")
     return parser
 
 
@@ -52,6 +58,11 @@ def run(argv: list[str] | None = None) -> int:
         parser.exit(2, f"syshax-console: error: {exc}\n")
     if args.once:
         return _once(choice)
+    size = _size(parser, args.size)
+    if args.screenshot is not None and not args.screenshot.parent.is_dir():
+        parser.error(f"--screenshot: directory {args.screenshot.parent} does not exist")
+    if not 0 <= args.after <= 3600:
+        parser.error(f"--after must be between 0 and 3600 seconds, not {args.after:g}")
     from console.app import ConsoleApp  # Textual is only needed for the live console
 
     try:
@@ -64,9 +75,21 @@ def run(argv: list[str] | None = None) -> int:
         readonly=args.readonly,
         keymap=keymap,
         max_log=args.max_log,
+        screenshot=(args.screenshot, args.after) if args.screenshot else None,
     )
-    app.run()
+    if args.screenshot:
+        app.run(headless=True, size=size)
+        print(f"saved {args.screenshot}")
+    else:
+        app.run()
     return 0
+
+
+def _size(parser: argparse.ArgumentParser, text: str) -> tuple[int, int]:
+    cols, sep, rows = text.lower().partition("x")
+    if not (sep and cols.isdigit() and rows.isdigit() and 40 <= int(cols) <= 500 and 10 <= int(rows) <= 300):
+        parser.error(f"--size must look like 120x40 (40-500 columns, 10-300 rows), not {text!r}")
+    return int(cols), int(rows)
 
 
 class ClientPool:

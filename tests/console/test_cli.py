@@ -89,3 +89,17 @@ def test_a_keymap_with_an_unknown_id_names_it(short_tmp: Path) -> None:
     done = run_console("--keymap", str(keys), "--socket", str(short_tmp / "x.sock"))
     assert done.returncode == 2
     assert "unknown binding id 'drian' (did you mean 'drain'?)" in done.stderr
+
+
+def test_screenshot_runs_without_a_terminal_and_saves_an_svg(daemon_socket: Path, short_tmp: Path) -> None:
+    svg = short_tmp / "console.svg"
+    done = run_console("--socket", str(daemon_socket), "--screenshot", str(svg), "--after", "1.5", "--size", "100x30")
+    assert done.returncode == 0, done.stderr
+    text = svg.read_text()
+    assert text.startswith("<svg") and "gpu1" in text and "cpu0" in text
+
+
+@pytest.mark.parametrize("size", ["100", "10x10", "wide"])
+def test_a_bad_screenshot_size_is_a_message(size: str, short_tmp: Path) -> None:
+    done = run_console("--screenshot", str(short_tmp / "x.svg"), "--size", size)
+    assert done.returncode == 2 and "--size must look like 120x40" in done.stderr
