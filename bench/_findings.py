@@ -23,7 +23,7 @@ def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> st
     runs = block["runs"]
     cap, top = block["capacity"], max(factors)
     parts = [
-        f"**{name}**: GPU-only capacity {cap:.2f} req/s; the CPU alone reaches {block['cpu_alone_goodput']:.3f} req/s "
+        f"**{name}**: GPU-only capacity {cap:.2f} req/s; the CPU alone reaches {block['cpu_alone_goodput']:.2g} req/s "
         f"of goodput at best, so the ceiling is {block['ceiling']:.2f} req/s "
         f"({_pct(_gain(block['ceiling'], block['gpu_alone_goodput']))} over the GPU alone)."
     ]

@@ -10,6 +10,7 @@ plots and the generated part of docs/benchmarks.md.
     .venv/bin/python bench/policies.py                 # everything (what `make bench` runs)
     .venv/bin/python bench/policies.py --quick         # a tiny run (seconds)
     .venv/bin/python bench/policies.py --workloads azure-conv --scenarios a100-80g+q4
+    .venv/bin/python bench/policies.py --render bench/results/policies.json   # docs from a saved run
 """
 
 from __future__ import annotations
@@ -56,6 +57,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     p.add_argument("--docs", type=Path, help="update this Markdown file and its plots (default: docs/benchmarks.md on a full run)")
     p.add_argument("--no-docs", action="store_true", help="do not touch the docs")
+    p.add_argument("--render", type=Path, metavar="JSON",
+                   help="no runs: print the tables of a saved report and rewrite the docs from it")
     return p.parse_args(argv)
 
 
@@ -153,29 +156,37 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     # Tables are wide: keep them readable when the output goes to a file or a pipe.
     console = Console(width=None if sys.stdout.isatty() else 200)
-    try:
-        plan = build_plan(args)
-    except ValueError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
-    settings = _sweep.Settings(args.traces.resolve(), plan["seed"], plan["requests"], plan["ttft_target"],
-                               plan["tpot_target"], plan["handoff"])
     t0 = time.monotonic()
-    try:
-        report = run(plan, settings, args.jobs, console)
-    except WorkloadError as exc:
-        console.print(f"[red]error:[/] {exc}")
-        return 2
+    if args.render is not None:
+        try:
+            report = json.loads(args.render.read_text(encoding="utf-8"))
+            plan = report["config"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            console.print(f"[red]error:[/] cannot use {args.render} as a policies report: {exc}")
+            return 2
+    else:
+        try:
+            plan = build_plan(args)
+        except ValueError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
+        settings = _sweep.Settings(args.traces.resolve(), plan["seed"], plan["requests"], plan["ttft_target"],
+                                   plan["tpot_target"], plan["handoff"])
+        try:
+            report = run(plan, settings, args.jobs, console)
+        except WorkloadError as exc:
+            console.print(f"[red]error:[/] {exc}")
+            return 2
     checks = add_targets(report)
     for w in plan["workloads"]:
         for s in plan["scenarios"]:
             console.print(_report.rich_table(report, w, s))
     for s, cs in checks:
         console.print(_report.checks_table(cs, f"Targets on azure-conv, {s}"))
-    out = args.out or results_dir() / "policies.json"
+    out = args.out or (args.render if args.render is not None else results_dir() / "policies.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-    docs = args.docs or (None if args.quick or args.no_docs else DOCS)
+    docs = args.docs or (None if plan.get("quick") or args.no_docs else DOCS)
     if docs is not None and not args.no_docs:
         from bench import _docs  # matplotlib costs a second to import: only when writing docs
 

@@ -160,11 +160,27 @@ def test_docs_are_written_with_plots(tmp_path: Path) -> None:
     assert "| adaptive goodput >= classic at every rate |" in text
     assert (doc.parent / "bench-goodput-azure-conv.png").stat().st_size > 1000
 
+    again = tmp_path / "again" / "benchmarks.md"
+    done = _run("--render", str(tmp_path / "r.json"), "--docs", str(again))
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    def generated(md: str) -> str:
+        return md.split("by hand -->", 1)[1].split("<!-- END GENERATED -->", 1)[0]
+
+    assert generated(again.read_text()) == generated(text)
+
 
 def test_missing_traces_is_a_message_not_a_traceback(tmp_path: Path) -> None:
     done = _run("--quick", "--traces", str(tmp_path / "nope"), "--out", str(tmp_path / "r.json"))
     assert done.returncode == 2
     assert "--traces" in done.stdout and "Traceback" not in done.stdout + done.stderr
+
+
+def test_render_of_a_broken_report_is_a_message(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    done = _run("--render", str(bad))
+    assert done.returncode == 2
+    assert "cannot use" in done.stdout and "Traceback" not in done.stderr
 
 
 def test_unknown_scenario_is_refused_with_the_choices(tmp_path: Path) -> None:
