@@ -129,16 +129,22 @@ def sparkline(values: Sequence[float], width: int) -> Text:
     return text
 
 
-def heat_cell(percent: float | None, bound: bool) -> Text:
-    """One core: a block whose height is its utilisation, underlined when bound."""
+def heat_glyph(percent: float | None, bound: bool) -> tuple[str, str]:
+    """One core as (glyph, style): a block as high as its utilisation, underlined when bound."""
     underline = " underline" if bound else ""
     if percent is None:
-        return Text("?", style="dim" + underline)
+        return "?", "dim" + underline
     if percent < 2:
-        return Text("·", style="dim" + underline)
+        return "·", "dim" + underline
     level = min(len(HEAT) - 1, int(percent / 100 * len(HEAT)))
     colour = "green" if percent < 50 else "yellow" if percent < 80 else "red"
-    return Text(HEAT[level], style=colour + underline)
+    return HEAT[level], colour + underline
+
+
+def heat_cell(percent: float | None, bound: bool) -> Text:
+    """One core as Text (see :func:`heat_glyph`)."""
+    glyph, style = heat_glyph(percent, bound)
+    return Text(glyph, style=style)
 
 
 # ---------------------------------------------------------------------------------------
@@ -289,8 +295,7 @@ def numa_panel(host: HostModel, layout: CoreLayout, label_width: int, width: int
             # Runs of equal style become one span: 160 single-cell spans cost far more to draw.
             run_text, run_style = "", ""
             for i, core in enumerate(row):
-                cell = heat_cell(core.percent, core.bound)
-                glyph, style = cell.plain, str(cell.style)
+                glyph, style = heat_glyph(core.percent, core.bound)
                 if layout.gaps and i and i % 8 == 0:
                     glyph = " " + glyph
                 if style != run_style and run_text:

@@ -29,6 +29,7 @@ class ConductorPanel(Widget):
         """An empty panel until the first counters."""
         super().__init__()
         self._lines = 0
+        self._text: tuple[ConductorStatsModel, int, Text] | None = None
 
     def on_mount(self) -> None:
         self.border_title = "conductor"
@@ -43,5 +44,8 @@ class ConductorPanel(Widget):
             self.refresh(layout=True)
 
     def render(self) -> Text:
-        """The counters at the panel's width."""
-        return conductor_panel(self.stats, max(self.content_size.width, 16))
+        """The counters at the panel's width (built once per reading and width)."""
+        width = max(self.content_size.width, 16)
+        if self._text is None or self._text[0] is not self.stats or self._text[1] != width:
+            self._text = (self.stats, width, conductor_panel(self.stats, width))
+        return self._text[2]

@@ -6,7 +6,7 @@ from rich.console import RenderableType
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from console.model import fold_cores
+from console.model import CoreLayout, fold_cores
 from console.render import numa_label_width, numa_panel
 from syshaxd.schema import HostModel
 
@@ -29,6 +29,7 @@ class NumaPanel(Widget):
         """An empty panel until the first host reading."""
         super().__init__()
         self._lines = 0
+        self._layout: tuple[HostModel, int, CoreLayout] | None = None
 
     def on_mount(self) -> None:
         self.border_title = "NUMA · cores"
@@ -40,15 +41,22 @@ class NumaPanel(Widget):
         if title != self.border_title:  # setting a title redraws the widget, even unchanged
             self.border_title = title
         # Relayout (costly) only when the strip's height changes, not on every reading.
-        lines = fold_cores(host, self._strip_width()).row_count + 1
+        lines = self._fold().row_count + 1
         if lines != self._lines:
             self._lines = lines
             self.refresh(layout=True)
+
+    def _fold(self) -> CoreLayout:
+        # update() needs the height and render() the cells: fold once per reading and width.
+        width = self._strip_width()
+        if self._layout is None or self._layout[0] is not self.host or self._layout[1] != width:
+            self._layout = (self.host, width, fold_cores(self.host, width))
+        return self._layout[2]
 
     def _strip_width(self) -> int:
         return max(max(self.content_size.width, 12) - numa_label_width(self.host), 1)
 
     def render(self) -> RenderableType:
         """The heat strip folded to the panel's width."""
-        layout = fold_cores(self.host, self._strip_width())
+        layout = self._fold()
         return numa_panel(self.host, layout, numa_label_width(self.host), max(self.content_size.width, 12))
