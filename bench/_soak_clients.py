@@ -14,6 +14,7 @@ import re
 import sys
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ BODY = {"model": "ds-32b", "messages": [{"role": "user", "content": "soak"}], "i
 
 def body(i: int) -> dict[str, Any]:
     """Requests of a few lengths, so streams end at different times."""
-    return {**BODY, "max_tokens": (8, 16, 32)[i % 3]}
+    return {**BODY, "max_tokens": (8, 16, 32, 128)[i % 4]}
 
 
 @dataclass
@@ -43,6 +44,9 @@ class Tally:
     kinds: Counter[str] = field(default_factory=Counter)
     ttfts: list[float] = field(default_factory=list)
     lost_examples: list[str] = field(default_factory=list)
+    #: Transport steps that failed (httpcore's trace), on a new or a reused connection: why
+    #: a lost request was lost.
+    transport: Counter[str] = field(default_factory=Counter)
 
     @property
     def total(self) -> int:
@@ -72,7 +76,8 @@ class Tally:
 
     def to_json(self) -> dict[str, Any]:
         """Everything, for the worker's final line."""
-        return {**self.counts(), "kinds": dict(self.kinds), "ttfts": self.ttfts, "lost_examples": self.lost_examples}
+        return {**self.counts(), "kinds": dict(self.kinds), "ttfts": self.ttfts, "lost_examples": self.lost_examples,
+                "transport": dict(self.transport)}
 
     def merge(self, data: dict[str, Any]) -> None:
         """Add a worker's final tally."""
@@ -82,6 +87,29 @@ class Tally:
         self.kinds.update(data["kinds"])
         self.ttfts.extend(data["ttfts"])
         self.lost_examples.extend(data["lost_examples"])
+        self.transport.update(data["transport"])
+
+    def tracer(self) -> Callable[[httpx.Request], Awaitable[None]]:
+        """An httpx request hook that records failed transport steps into :attr:`transport`."""
+
+        async def on_request(request: httpx.Request) -> None:
+            new = False
+
+            async def trace(name: str, info: dict[str, Any]) -> None:
+                nonlocal new
+                if name == "connection.connect_tcp.started":
+                    new = True
+                elif name.endswith(".failed"):
+                    exc = info.get("exception")
+                    if isinstance(exc, asyncio.CancelledError):
+                        return  # our own timeout, or the run ending
+                    step = name.removesuffix(".failed")
+                    self.transport[f"{step} on a {'new' if new else 'reused'} connection: "
+                                   f"{type(exc).__name__}: {exc}"[:160]] += 1
+
+            request.extensions["trace"] = trace
+
+        return on_request
 
 
 def _kind(message: str) -> str:
@@ -98,7 +126,8 @@ async def _load(url: str, clients: int, seconds: float, offset: int) -> Tally:
     tally = Tally()
     # httpx's default keep-alive expiry (5 s), as the OpenAI SDK uses it.
     client = httpx.AsyncClient(timeout=httpx.Timeout(REQUEST_TIMEOUT + HANG_MARGIN),
-                               limits=httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8))
+                               limits=httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8),
+                               event_hooks={"request": [tally.tracer()]})
     t0 = time.monotonic()
     deadline = t0 + seconds
     counter = iter(range(offset, 10**9))

@@ -28,14 +28,30 @@ BATCH_LIMIT = 384
 
 # -- engines -------------------------------------------------------------------------------
 
+#: Seconds per engine step in the soak profile: streams of 8 to 128 tokens last about 30 ms
+#: to half a second, so a killed engine always has streams to break.
+STEP_SECONDS = 4e-3
+
+
+def soak_profile(tmp: Path) -> Path:
+    """The simulator's ``null`` profile (nothing is the bottleneck) with steps that take time."""
+    import syshaxd.sim as sim_package
+
+    data = yaml.safe_load((Path(sim_package.__file__).parent / "profiles" / "null.yaml").read_text())
+    data["name"] = "soak"
+    data["summary"] = "null with 4 ms steps: streams last long enough to be cut"
+    data["hardware"]["step_overhead"] = {"value": STEP_SECONDS, "source": "bench/soak.py"}
+    path = tmp / "soak-profile.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
 
 class Engines:
     """A GPU and a CPU simulator, each its own process so one can be killed and restarted."""
 
-    def __init__(self, tmp: Path, profile: str = "null", speed: float = 20.0) -> None:
+    def __init__(self, tmp: Path) -> None:
         self.tmp = tmp
-        self.profile = profile
-        self.speed = speed
+        self.profile = str(soak_profile(tmp))
         self.ports = {"gpu": free_port(), "cpu": free_port()}
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[Any] = []
@@ -48,8 +64,7 @@ class Engines:
         log = open(self.tmp / f"sim-{device}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
         proc = subprocess.Popen([sys.executable, "-m", "syshaxd.sim", "--profile", self.profile,
-                                 "--port", str(self.ports[device]), "--speed", str(self.speed), "--name", device,
-                                 "--log-level", "warning"],
+                                 "--port", str(self.ports[device]), "--name", device, "--log-level", "warning"],
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs[device] = proc
         return proc

@@ -1,9 +1,10 @@
 """Soak: many concurrent streaming clients through syshaxd for a fixed time, with engine faults
 switched on and off underneath, then a check that nothing was lost and nothing leaked.
 
-Engines are two simulator processes (``null`` profile: the conductor, not the engines, is
-under test). Faults during the run: a share of GPU answers failing, CPU answering garbage,
-lying and hanging /metrics, and (runs of 20 s or more) the GPU process killed and restarted.
+Engines are two simulator processes (the ``null`` profile with 4 ms steps: the conductor,
+not the engines, is under test, and streams last long enough to be cut). Faults during the
+run: a share of GPU answers failing, CPU answering garbage, lying and hanging /metrics, and
+(runs of 20 s or more) the GPU process killed while it streams, then restarted.
 
 Reported: requests completed, clean errors (an OpenAI error status or an error event), and
 anything else -- hangs, streams cut without an error event, connection resets -- which must
@@ -188,10 +189,11 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
     first_end, end = rounds[0]["end"].as_dict(), rounds[-1]["end"].as_dict()
     return {
         "clients": args.clients, "duration_s": args.duration, "rounds": args.rounds, "wall_s": round(wall, 2),
-        "engine_profile": "null", "fd_limit": list(limits), "client_processes": procs,
+        "engine_profile": "null with 4 ms steps", "fd_limit": list(limits), "client_processes": procs,
         "requests": tally.total, "completed": tally.completed, "clean_errors": tally.clean_errors,
         "lost": tally.lost, "lost_examples": tally.lost_examples[:10],
         "errors_by_kind": dict(tally.kinds.most_common(12)),
+        "transport_failures": dict(tally.transport.most_common(12)),
         "requests_per_s": round(tally.completed / wall, 1) if wall else 0.0,
         "ttft_p50_ms": _ms(percentile(tally.ttfts, 0.5)), "ttft_p99_ms": _ms(percentile(tally.ttfts, 0.99)),
         "per_round": [
@@ -268,7 +270,7 @@ def _ms(value: float | None) -> float | None:
 def show(report: dict[str, Any]) -> None:
     """The summary tables."""
     table = Table(title=f"Soak: {report['clients']} streaming clients, {report['rounds']} x {report['duration_s']:g} s "
-                        f"(null-profile engines, faults on and off)")
+                        f"(simulated engines, faults on and off)")
     table.add_column("figure")
     table.add_column("value", justify="right")
     d, lag = report["daemon"], report["health_latency_ms"]
@@ -298,6 +300,13 @@ def show(report: dict[str, Any]) -> None:
                     f"{r['end']['rss_mb']} / {r['end']['fds']}", str(r["health_p99_ms"]),
                     str(len(r["fault_switch_failures"])))
     console.print(per)
+    if report["transport_failures"]:
+        transport = Table(title="Transport steps that failed (client side)")
+        transport.add_column("step, connection, error")
+        transport.add_column("count", justify="right")
+        for kind, n in report["transport_failures"].items():
+            transport.add_row(kind, str(n))
+        console.print(transport)
     if report["errors_by_kind"]:
         kinds = Table(title="Clean errors and losses by kind")
         kinds.add_column("kind")
