@@ -34,6 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=loaded.config.logging.level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    # httpx logs every request at INFO: one line per engine scrape per second is noise.
+    logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     from syshaxd.daemon import run_daemon
 
     return run_daemon(loaded)
