@@ -44,6 +44,7 @@ class Tally:
     kinds: Counter[str] = field(default_factory=Counter)
     ttfts: list[float] = field(default_factory=list)
     lost_examples: list[str] = field(default_factory=list)
+    error_examples: dict[str, str] = field(default_factory=dict)  # kind -> its first whole message
     #: Transport steps that failed (httpcore's trace), on a new or a reused connection: why
     #: a lost request was lost.
     transport: Counter[str] = field(default_factory=Counter)
@@ -68,7 +69,10 @@ class Tally:
                                           f"HTTP {result.status}, {result.chunks} chunks, {result.error}")
             return
         self.clean_errors += 1
-        self.kinds[f"HTTP {result.status}: {_kind(result.error)}"] += 1
+        kind = f"HTTP {result.status}: {_kind(result.error)}"
+        if kind not in self.kinds:
+            self.error_examples[kind] = result.error[:300]
+        self.kinds[kind] += 1
 
     def counts(self) -> dict[str, int]:
         """The running counts a worker reports."""
@@ -77,7 +81,7 @@ class Tally:
     def to_json(self) -> dict[str, Any]:
         """Everything, for the worker's final line."""
         return {**self.counts(), "kinds": dict(self.kinds), "ttfts": self.ttfts, "lost_examples": self.lost_examples,
-                "transport": dict(self.transport)}
+                "transport": dict(self.transport), "error_examples": self.error_examples}
 
     def merge(self, data: dict[str, Any]) -> None:
         """Add a worker's final tally."""
@@ -88,6 +92,8 @@ class Tally:
         self.ttfts.extend(data["ttfts"])
         self.lost_examples.extend(data["lost_examples"])
         self.transport.update(data["transport"])
+        for kind, message in data["error_examples"].items():
+            self.error_examples.setdefault(kind, message)
 
     def tracer(self) -> Callable[[httpx.Request], Awaitable[None]]:
         """An httpx request hook that records failed transport steps into :attr:`transport`."""

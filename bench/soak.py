@@ -193,6 +193,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
         "requests": tally.total, "completed": tally.completed, "clean_errors": tally.clean_errors,
         "lost": tally.lost, "lost_examples": tally.lost_examples[:10],
         "errors_by_kind": dict(tally.kinds.most_common(12)),
+        "error_examples": {kind: tally.error_examples.get(kind, "") for kind, _ in tally.kinds.most_common(12)},
         "transport_failures": dict(tally.transport.most_common(12)),
         "requests_per_s": round(tally.completed / wall, 1) if wall else 0.0,
         "ttft_p50_ms": _ms(percentile(tally.ttfts, 0.5)), "ttft_p99_ms": _ms(percentile(tally.ttfts, 0.99)),
