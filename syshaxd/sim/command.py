@@ -77,6 +77,9 @@ def add_arguments(p: argparse.ArgumentParser,
     p.add_argument("--fault", action="append", default=[], metavar="KEY=VALUE",
                    help="start with a fault on, e.g. metrics=hang or error_rate=0.5 (repeatable)")
     p.add_argument("--parallel", "-np", type=int, metavar="N", help="sequences at once (llama.cpp slots); default: the profile's")
+    p.add_argument("--ctx-size", "-c", type=int, metavar="N",
+                   help="llama.cpp: context tokens shared by the slots (per slot: N / -np, capped at the model's); "
+                        "default: the profile's KV capacity")
     p.add_argument("--name", default="sim", help="engine name in logs and /sim/stats (default sim)")
     _common_args(p)
     p.set_defaults(func=wrap(cmd_sim))
@@ -90,6 +93,10 @@ def add_arguments(p: argparse.ArgumentParser,
     pair.add_argument("--cpu-dialect", choices=DIALECTS, default="vllm-v1")
     pair.add_argument("--gpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the GPU engine")
     pair.add_argument("--cpu-fault", action="append", default=[], metavar="KEY=VALUE", help="fault on the CPU engine")
+    pair.add_argument("--parallel", "-np", type=int, metavar="N",
+                      help="llama.cpp: slots on both engines (default: the smaller profile's sequences)")
+    pair.add_argument("--ctx-size", "-c", type=int, metavar="N",
+                      help="llama.cpp: context tokens on both engines (default: the smaller KV capacity)")
     _common_args(pair)
     pair.set_defaults(func=wrap(cmd_pair))
     profiles = sub.add_parser("profiles", help="list the shipped device profiles and their headline numbers")
@@ -110,7 +117,7 @@ def add_arguments(p: argparse.ArgumentParser,
 
 
 def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, faults: list[str],
-            parallel: int | None = None) -> EngineOptions:
+            parallel: int | None = None, ctx_size: int | None = None) -> EngineOptions:
     from syshaxd.sim.faults import FaultError, parse_assignments
     from syshaxd.sim.profile import ProfileError, load_profile
     from syshaxd.sim.server import EngineOptions
@@ -122,11 +129,13 @@ def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, 
         raise UsageError(str(exc)) from None
     if parallel is not None and parallel < 1:
         raise UsageError(f"--parallel must be at least 1, got {parallel}")
+    if ctx_size is not None and ctx_size < (parallel or 1):
+        raise UsageError(f"--ctx-size must be at least one token per slot, got {ctx_size}")
     if args.slot_save_path is not None and not args.slot_save_path.is_dir():
         raise UsageError(f"--slot-save-path {args.slot_save_path} is not a directory")
     return EngineOptions(profile=prof, name=name, dialect=dialect, served_model_name=args.served_model_name,
                          speed=args.speed, faults=fault_set, seed=args.seed, slot_save_path=args.slot_save_path,
-                         parallel=parallel, host=args.host)
+                         parallel=parallel, ctx_size=ctx_size, host=args.host)
 
 
 def _run(args: argparse.Namespace, specs: list[tuple[EngineOptions, int]]) -> int:
@@ -155,7 +164,7 @@ def _run(args: argparse.Namespace, specs: list[tuple[EngineOptions, int]]) -> in
 def cmd_sim(args: argparse.Namespace) -> int:
     """Run one simulated engine."""
     opts = _engine(args, name=args.name, profile=args.profile, dialect=args.dialect, faults=args.fault,
-                   parallel=args.parallel)
+                   parallel=args.parallel, ctx_size=args.ctx_size)
     return _run(args, [(opts, args.port)])
 
 
@@ -163,9 +172,32 @@ def cmd_pair(args: argparse.Namespace) -> int:
     """Run a GPU and a CPU engine sharing handed-off KV."""
     if args.gpu_port == args.cpu_port and args.gpu_port != 0:
         raise UsageError(f"--gpu-port and --cpu-port are both {args.gpu_port}")
-    gpu = _engine(args, name="gpu", profile=args.gpu_profile, dialect=args.gpu_dialect, faults=args.gpu_fault)
-    cpu = _engine(args, name="cpu", profile=args.cpu_profile, dialect=args.cpu_dialect, faults=args.cpu_fault)
+    gpu = _engine(args, name="gpu", profile=args.gpu_profile, dialect=args.gpu_dialect, faults=args.gpu_fault,
+                  parallel=args.parallel, ctx_size=args.ctx_size)
+    cpu = _engine(args, name="cpu", profile=args.cpu_profile, dialect=args.cpu_dialect, faults=args.cpu_fault,
+                  parallel=args.parallel, ctx_size=args.ctx_size)
+    if gpu.dialect == cpu.dialect == "llamacpp":
+        gpu, cpu = _llama_pair(gpu, cpu)
     return _run(args, [(gpu, args.gpu_port), (cpu, args.cpu_port)])
+
+
+def _llama_pair(gpu: EngineOptions, cpu: EngineOptions) -> tuple[EngineOptions, EngineOptions]:
+    """Two llama-servers as a slot-handoff deployment runs them: same flags, same model file.
+
+    Two profiles of one model (e.g. bf16 on the GPU, q4 on the CPU) then load the CPU
+    side's file; the profiles still set each side's speed. Different models stay different,
+    so the conductor's pair check refuses them as it would refuse two real servers.
+    """
+    from dataclasses import replace
+
+    from syshaxd.sim.llama_server import model_file, pair_layout
+
+    slots, ctx = pair_layout(gpu.profile, cpu.profile, gpu.parallel, gpu.ctx_size)
+    gpu, cpu = replace(gpu, parallel=slots, ctx_size=ctx), replace(cpu, parallel=slots, ctx_size=ctx)
+    if gpu.profile.model_name == cpu.profile.model_name:
+        shared = model_file(cpu.profile)
+        gpu, cpu = replace(gpu, model_file=shared), replace(cpu, model_file=shared)
+    return gpu, cpu
 
 
 def cmd_profiles(args: argparse.Namespace) -> int:

@@ -30,6 +30,7 @@ from syshaxd.sim.api_request import GenSpec
 from syshaxd.sim.core import SimRequest
 from syshaxd.sim.faults import DIE_AFTER_CHUNKS
 from syshaxd.sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
+from syshaxd.sim.llama_server import native_completion, timings
 from syshaxd.sim.realtime import Handle, TokenEvent
 
 if TYPE_CHECKING:
@@ -66,6 +67,9 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
     base = x_request_id or uuid.uuid4().hex
     response_id = ("chatcmpl-" if spec.kind == "chat" else "cmpl-") + base
     key, offset = spec.text_key, spec.offset
+    if engine.dialect == "llamacpp":
+        # the text depends on the weights: two servers agree only when they load the same file
+        key = textgen.request_key(f"{engine.model_file.path}\x00{spec.fingerprint}", spec.seed)
     kv_ready, kv_delay, handoff = 0, 0.0, None
     entry: KvEntry | None = None
     context = spec.prompt_tokens
@@ -82,6 +86,7 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
         if cache.tokens > 0 and cache.fingerprint == spec.fingerprint:
             kv_ready = max(0, min(cache.tokens, context) - 1)  # llama.cpp re-evaluates the last prompt token
             handoff = "slot"
+            engine.stats["handoff_slot"] = engine.stats.get("handoff_slot", 0) + 1
     if entry is not None:
         kv_ready = max(0, min(entry.kv_tokens, context - 1))
         key = entry.text_key
@@ -157,8 +162,19 @@ def response_headers(plan: Plan) -> dict[str, str]:
     return headers
 
 
+def llama_timings(handle: Handle, generated: int) -> dict[str, Any]:
+    """The request's llama.cpp ``timings`` from its sequence's virtual clock."""
+    seq = handle.seq
+    start = seq.first_scheduled if seq.first_scheduled is not None else seq.arrival
+    first = seq.first_token if seq.first_token is not None else start
+    end = seq.finished_at if seq.finished_at is not None else first
+    cached = seq.req.kv_ready_tokens
+    return timings(prompt_n=seq.req.context_tokens - cached, cache_n=cached, prompt_s=max(0.0, first - start),
+                   predicted_n=generated, predicted_s=max(0.0, end - first))
+
+
 async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                      disconnected: Callable[[], asyncio.Future[Any]]) -> dict[str, Any] | None:
+                      disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
     """Wait for the whole answer; None if the client went away (the request is aborted)."""
     generated = 0
     reason: str | None = None
@@ -177,6 +193,12 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
     engine.live.forget(plan.core_rid)
     params = _after_finish(engine, spec, plan, generated, reason)
     text = textgen.generate(plan.text_key, plan.offset, generated)
+    if native:
+        slot = spec.id_slot if spec.id_slot is not None and spec.id_slot < len(engine.slots) else 0
+        return native_completion(content=text, model=spec.model, id_slot=slot, prompt_tokens=plan.sim.context_tokens,
+                                 predicted=generated, cached=plan.sim.kv_ready_tokens,
+                                 stop_type="limit" if reason == "length" else "eos",
+                                 timings=llama_timings(handle, generated), stream=False)
     return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
                          plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
 

@@ -129,7 +129,7 @@ def restore_slot(path: Path, model: str) -> SlotCache:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SlotFileError("Failed to restore slot: file not found", status=400) from None
+        raise SlotFileError("Unable to restore slot: No available space in KV cache or invalid slot save file", status=400) from None
     except (OSError, ValueError):
         raise SlotFileError("Failed to restore slot: unreadable file", status=400) from None
     if not isinstance(data, dict) or data.get("format") != "syshax-sim-slot/1":

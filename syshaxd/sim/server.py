@@ -2,7 +2,8 @@
 
 One :class:`SimEngine` per listening port. Routes: ``POST /v1/chat/completions``,
 ``POST /v1/completions``, ``GET /v1/models``, ``GET /health``, ``GET /version``,
-``GET /metrics``; llama.cpp dialect also ``GET /slots`` and ``POST /slots/{id}?action=``;
+``GET /metrics``; llama.cpp dialect also ``GET /slots``, ``POST /slots/{id}?action=``,
+``GET /props`` and the native ``POST /completion``;
 simulator-only ``GET|POST|DELETE /sim/faults`` and ``GET /sim/stats``.
 """
 
@@ -28,6 +29,7 @@ from syshaxd.sim.api_request import ApiError, Kind, parse_body, parse_request
 from syshaxd.sim.core import EngineCore
 from syshaxd.sim.faults import SLOW_METRICS_SECONDS, FaultError, Faults, FaultState, apply_patch
 from syshaxd.sim.handoff import KvStore, SlotCache
+from syshaxd.sim.llama_server import ModelFile, layout, model_file, models_json, props_json
 from syshaxd.sim.metrics import Override, Recorder
 from syshaxd.sim.profile import Profile
 from syshaxd.sim.realtime import LiveEngine
@@ -51,6 +53,8 @@ class EngineOptions:
     seed: int = 0
     slot_save_path: Path | None = None
     parallel: int | None = None  # llama.cpp -np (number of slots)
+    ctx_size: int | None = None  # llama.cpp -c (tokens shared by the slots); default: the KV capacity
+    model_file: ModelFile | None = None  # llama.cpp: the file both servers of a pair load; default: the profile's
     host: str = "127.0.0.1"
     port: int = 0
 
@@ -72,6 +76,8 @@ class SimEngine:
         self.live.listeners.append(self.recorder.on_step)
         self.faults = FaultState(opts.faults, seed=opts.seed)
         n_slots = self.live.core.max_num_seqs if opts.dialect == "llamacpp" else 0
+        self.layout = layout(opts.profile, self.live.core.max_num_seqs, opts.ctx_size)
+        self.model_file = opts.model_file or model_file(opts.profile)
         self.slots: list[SlotCache] = [SlotCache() for _ in range(n_slots)]
         self.stats: dict[str, int] = {}
         self.pins: dict[str, int] = {}  # core request id -> pinned llama.cpp slot
@@ -95,6 +101,8 @@ class SimEngine:
             routes += [
                 Route("/slots", self.slots_get, methods=["GET"]),
                 Route("/slots/{id_slot}", self.slots_post, methods=["POST"]),
+                Route("/props", self.props, methods=["GET"]),
+                Route("/completion", self.native_completion, methods=["POST"]),
             ]
         return routes
 
@@ -116,7 +124,16 @@ class SimEngine:
         """POST /v1/completions."""
         return await self._generate(request, "completion")
 
-    async def _generate(self, request: Request, kind: Kind) -> Response:
+    async def native_completion(self, request: Request) -> Response:
+        """POST /completion (llama.cpp's own route: ``prompt``, ``n_predict``; answers ``content``)."""
+        return await self._generate(request, "completion", native=True)
+
+    @property
+    def context_limit(self) -> int:
+        """The longest context one request may have: a slot's for llama.cpp, else the model's."""
+        return self.layout.slot_n_ctx if self.dialect == "llamacpp" else self.profile.max_model_len
+
+    async def _generate(self, request: Request, kind: Kind, native: bool = False) -> Response:
         raw = await request.body()
         die, fail = self.faults.on_generation_request()
         if die:
@@ -132,8 +149,11 @@ class SimEngine:
         try:
             body = parse_body(raw)
             spec = parse_request(kind, body, served_model=self.opts.served_model_name,
-                                 max_model_len=self.profile.max_model_len,
+                                 max_model_len=self.context_limit,
                                  check_model=self.dialect.startswith("vllm"))
+            if native and spec.stream:
+                raise ApiError("the simulator's /completion does not stream; use /v1/completions", 501,
+                               "not_supported_error")
         except ApiError as exc:
             return self.error(exc.message, exc.status, exc.kind, exc.param)
         plan = generation.plan_request(self, spec, request.headers.get("x-request-id"))
@@ -156,7 +176,7 @@ class SimEngine:
         if spec.stream:
             return StreamingResponse(generation.stream_answer(self, spec, plan, handle, disconnected),
                                      media_type="text/event-stream", headers=headers)
-        answer = await generation.full_answer(self, spec, plan, handle, disconnected)
+        answer = await generation.full_answer(self, spec, plan, handle, disconnected, native=native)
         if answer is None:
             return Response(status_code=499)
         return JSONResponse(answer, headers=headers)
@@ -166,21 +186,21 @@ class SimEngine:
         """GET /v1/models."""
         name, now = self.opts.served_model_name, self.created
         if self.dialect == "llamacpp":
-            card: dict[str, Any] = {"id": name, "object": "model", "created": now, "owned_by": "llamacpp",
-                                    "meta": {"n_ctx_train": self.profile.max_model_len,
-                                             "n_embd": self.profile.hidden_size,
-                                             "n_params": int(self.profile.parameters),
-                                             "size": int(self.profile.weight_bytes)}}
-        else:
-            owner = "sglang" if self.dialect == "sglang" else "vllm"
-            card = {"id": name, "object": "model", "created": now, "owned_by": owner, "root": self.profile.model_name,
-                    "parent": None, "max_model_len": self.profile.max_model_len,
-                    "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
-                                    "created": now, "allow_create_engine": False, "allow_sampling": True,
-                                    "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
-                                    "allow_fine_tuning": False, "organization": "*", "group": None,
-                                    "is_blocking": False}]}
+            return JSONResponse(models_json(self.model_file, name, self.layout.slot_n_ctx, now))
+        owner = "sglang" if self.dialect == "sglang" else "vllm"
+        card: dict[str, Any] = {
+            "id": name, "object": "model", "created": now, "owned_by": owner, "root": self.profile.model_name,
+            "parent": None, "max_model_len": self.profile.max_model_len,
+            "permission": [{"id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission",
+                            "created": now, "allow_create_engine": False, "allow_sampling": True,
+                            "allow_logprobs": True, "allow_search_indices": False, "allow_view": True,
+                            "allow_fine_tuning": False, "organization": "*", "group": None,
+                            "is_blocking": False}]}
         return JSONResponse({"object": "list", "data": [card]})
+
+    async def props(self, request: Request) -> Response:
+        """GET /props (llama.cpp): the model file, slots, per-slot context and build."""
+        return JSONResponse(props_json(self.model_file, self.layout, self.opts.served_model_name))
 
     async def health(self, request: Request) -> Response:
         """GET /health: 200 (llama-server answers a small JSON object)."""

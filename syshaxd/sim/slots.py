@@ -45,7 +45,7 @@ def _assign(engine: SimEngine) -> dict[int, Any]:
 
 def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
     """The ``GET /slots`` array."""
-    n_ctx = engine.profile.kv_capacity_tokens // max(1, len(engine.slots))
+    n_ctx = engine.layout.slot_n_ctx
     busy = _assign(engine)
     out = []
     for i in range(len(engine.slots)):
@@ -85,7 +85,10 @@ def _llama_error(message: str, status: int, kind: str) -> JSONResponse:
 
 
 async def slot_action(engine: SimEngine, request: Request) -> Response:
-    """Save, restore or erase one slot's cache."""
+    """Save, restore or erase one slot's cache (in llama-server's order of checks)."""
+    if engine.opts.slot_save_path is None:
+        return _llama_error("This server does not support slots action. Start it with `--slot-save-path`", 501,
+                            "not_supported_error")
     try:
         id_slot = int(request.path_params["id_slot"])
     except ValueError:
@@ -93,22 +96,23 @@ async def slot_action(engine: SimEngine, request: Request) -> Response:
     if not 0 <= id_slot < len(engine.slots):
         return _llama_error("Invalid slot ID", 400, "invalid_request_error")
     action = request.query_params.get("action")
+    if action == "erase":
+        n = engine.slots[id_slot].tokens
+        engine.slots[id_slot] = SlotCache()
+        return JSONResponse({"id_slot": id_slot, "n_erased": n})
+    if action not in ("save", "restore"):
+        return _llama_error("Invalid action", 400, "invalid_request_error")
+    # llama-server parses the body with nlohmann::json and answers its exceptions with a 500
+    raw = await request.body()
     try:
-        raw = await request.body()
-        body = json.loads(raw) if raw.strip() else {}
-    except ValueError:
-        return _llama_error("Invalid JSON body", 400, "invalid_request_error")
-    if not isinstance(body, dict):
-        return _llama_error("Invalid JSON body", 400, "invalid_request_error")
+        body = json.loads(raw)
+    except ValueError as exc:
+        return _llama_error(f"[json.exception.parse_error.101] parse error: {exc}", 500, "server_error")
+    if not isinstance(body, dict) or "filename" not in body:
+        return _llama_error("[json.exception.out_of_range.403] key 'filename' not found", 500, "server_error")
     model = engine.profile.model_name
     kv_bytes = engine.profile.kv_bytes_per_token
     try:
-        if action == "erase":
-            n = engine.slots[id_slot].tokens
-            engine.slots[id_slot] = SlotCache()
-            return JSONResponse({"id_slot": id_slot, "n_erased": n})
-        if action not in ("save", "restore"):
-            return _llama_error("Invalid action", 400, "invalid_request_error")
         path = slot_file(engine.opts.slot_save_path, body.get("filename"))
         if action == "save":
             cache = engine.slots[id_slot]

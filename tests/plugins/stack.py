@@ -114,8 +114,12 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         api_key: str | None = None,
         env: dict[str, str] | None = None,
         pair: bool = True,
+        slot_dir: Path | None = None,
     ) -> Stack:
-        """Start engines (one process for a pair, else one each) and syshaxd."""
+        """Start engines (one process for a pair, else one each) and syshaxd.
+
+        ``slot_dir`` is the engines' ``--slot-save-path`` (llama.cpp dialect, llamacpp-slots).
+        """
         gpu_port, cpu_port, api_port = free_port(), free_port(), free_port()
         sim_log = open(tmp_path / "sim.log", "ab")  # noqa: SIM115 - closed in teardown
         logs.append(sim_log)
@@ -126,6 +130,8 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         else:
             commands = [["--profile", gpu_profile, "--port", str(gpu_port), "--dialect", dialect, "--speed", str(speed)],
                         ["--profile", cpu_profile, "--port", str(cpu_port), "--dialect", dialect, "--speed", str(speed)]]
+        if slot_dir is not None:
+            commands = [[*command, "--slot-save-path", str(slot_dir)] for command in commands]
         engines = []
         for command in commands:
             proc = subprocess.Popen([sys.executable, "-m", "syshaxd.sim", *command],
