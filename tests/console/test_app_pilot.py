@@ -161,7 +161,7 @@ async def test_the_palette_offers_every_action(control: Control) -> None:
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.connected, "connected")
         titles = {c.title for c in app.get_system_commands(app.screen)}
-        from console.app import DESCRIPTIONS
+        from console.keys import DESCRIPTIONS
 
         missing = {d for k, d in DESCRIPTIONS.items() if k not in ("help", "quit")} - titles
         assert not missing

@@ -25,6 +25,7 @@ assert not bad, bad
         ("console.once", ("textual", "fastapi")),
         ("console.cli", ("textual", "fastapi")),
         ("console.app", ("fastapi", "uvicorn", "starlette")),
+        ("console.keys", ("fastapi", "uvicorn", "starlette")),
     ],
 )
 def test_module_does_not_pull_in(module: str, forbidden: tuple[str, ...]) -> None:
