@@ -15,7 +15,7 @@ import time
 from collections import deque
 from dataclasses import dataclass
 
-from syshaxd.sim.core import EngineCore, StepResult
+from syshaxd.sim.core import EngineCore, Seq, StepResult
 from syshaxd.sim.promtext import Exposition, Histogram
 
 DIALECTS = ("vllm-v1", "vllm-v0", "llamacpp", "sglang")
@@ -78,9 +78,35 @@ class Recorder:
         self.decode_calls = 0
         self.created = time.time()
         self._llama_last = (0, 0.0, 0, 0.0)  # prompt tokens, prompt s, predicted, predicted s at last scrape
+        # llama-server adds a request's generated tokens and time when its slot is released
+        # (also on a cancel), so these two counters jump when requests end
+        self._live_predicted: dict[str, tuple[int, Seq, float]] = {}  # rid -> tokens, sequence, last token at
+        self.predicted_done = 0
+        self.predicted_seconds_done = 0.0
+
+    def _predicted(self, result: StepResult) -> None:
+        for seq, n in result.tokens:
+            tokens, _, _ = self._live_predicted.get(seq.rid, (0, seq, 0.0))
+            self._live_predicted[seq.rid] = (tokens + n, seq, result.end)
+        for seq in result.finished:
+            self._end_predicted(seq.rid)
+
+    def _end_predicted(self, rid: str) -> None:
+        # a slot's generation time runs from its first token to its end, overlapping other slots'
+        tokens, seq, last = self._live_predicted.pop(rid)
+        end = seq.finished_at if seq.finished_at is not None else last
+        self.predicted_done += tokens
+        self.predicted_seconds_done += max(0.0, end - (seq.first_token if seq.first_token is not None else end))
+
+    def settle(self) -> None:
+        """Count the generation of requests that ended outside a step (aborted by their client)."""
+        for rid in [r for r in self._live_predicted if r not in self.core.seqs]:
+            self._end_predicted(rid)
 
     def on_step(self, result: StepResult) -> None:
         """Observe one step's results."""
+        if self.dialect == "llamacpp":
+            self._predicted(result)
         self.iteration.observe(result.prefill_tokens + result.decode_tokens)
         self.busy_slot_sum += result.batch
         self.decode_calls += result.steps
@@ -215,11 +241,13 @@ class Recorder:
     def _llamacpp(self, o: Override | None) -> str:
         core, c = self.core, self.core.counters
         ex = Exposition(llama=True)
+        self.settle()
+        predicted, predicted_s = self.predicted_done, self.predicted_seconds_done
         last_p, last_ps, last_g, last_gs = self._llama_last
         # llama-server averages these two gauges over the window since the previous scrape
         prompt_rate = (c.prompt_tokens - last_p) / (c.prefill_time - last_ps) if c.prefill_time > last_ps else 0.0
-        gen_rate = (c.generation_tokens - last_g) / (c.decode_time - last_gs) if c.decode_time > last_gs else 0.0
-        self._llama_last = (c.prompt_tokens, c.prefill_time, c.generation_tokens, c.decode_time)
+        gen_rate = (predicted - last_g) / (predicted_s - last_gs) if predicted_s > last_gs else 0.0
+        self._llama_last = (c.prompt_tokens, c.prefill_time, predicted, predicted_s)
         busy = self.busy_slot_sum / self.decode_calls if self.decode_calls else 0.0
         ex.counter("llamacpp:prompt_tokens_total", "Number of prompt tokens processed, excluding cached tokens",
                    [({}, c.prompt_tokens)])
@@ -227,9 +255,9 @@ class Recorder:
                    [({}, c.cached_prompt_tokens)])
         ex.counter("llamacpp:prompt_seconds_total", "Total time spent processing prompts", [({}, round(c.prefill_time, 6))])
         ex.counter("llamacpp:tokens_predicted_total", "Number of generation tokens processed",
-                   [({}, c.generation_tokens)])
+                   [({}, predicted)])
         ex.counter("llamacpp:tokens_predicted_seconds_total", "Total time spent generating tokens",
-                   [({}, round(c.decode_time, 6))])
+                   [({}, round(predicted_s, 6))])
         ex.counter("llamacpp:n_decode_total",
                    "Total number of llama_decode() calls, excluding speculative decoding and multimodal decoding",
                    [({}, c.steps)])

@@ -112,12 +112,43 @@ def test_llamacpp_metrics_have_no_labels_and_integer_counters() -> None:
     assert "." not in counter_line.split()[1]
 
 
+def test_llamacpp_generated_tokens_are_counted_when_a_request_ends_or_is_aborted() -> None:
+    core = EngineCore(load_profile("tiny"))
+    recorder = Recorder(core, "llamacpp")
+    core.submit(SimRequest("short", context_tokens=20, max_new_tokens=3))
+    core.submit(SimRequest("long", context_tokens=20, max_new_tokens=500))
+
+    def predicted() -> tuple[float, float]:
+        text = recorder.render("m", core.now)
+        values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+        return values["llamacpp:tokens_predicted_total"], values["llamacpp:tokens_predicted_seconds_total"]
+
+    while core.seqs.get("short") is not None:
+        result = core.step()
+        assert result is not None
+        recorder.on_step(result)
+    tokens, seconds = predicted()
+    assert tokens == 3 and seconds > 0
+    for _ in range(5):
+        result = core.step()
+        assert result is not None
+        recorder.on_step(result)
+    assert predicted()[0] == 3  # "long" is generating, but nothing is counted yet
+    generated = core.seqs["long"].generated
+    core.abort("long")
+    assert predicted()[0] == 3 + generated  # a cancel adds what was generated
+
+
 def test_llamacpp_throughput_gauges_reset_on_every_scrape() -> None:
     recorder = busy_recorder("llamacpp")
 
     def gauge(text: str, name: str) -> float:
         return next(s.value for f in text_string_to_metric_families(text) for s in f.samples if s.name == name)
 
+    while not recorder.predicted_done:  # llama-server counts a request's tokens when it ends
+        result = recorder.core.step()
+        assert result is not None
+        recorder.on_step(result)
     first = recorder.render("ds-32b", 1.0)
     second = recorder.render("ds-32b", 1.0)
     assert gauge(first, "llamacpp:predicted_tokens_seconds") > 0
@@ -134,7 +165,12 @@ def test_numbers_follow_the_engine(dialect: str) -> None:
     assert values[running] == core.num_running > 0
     generated = {"vllm-v1": "vllm:generation_tokens_total", "vllm-v0": "vllm:generation_tokens_total",
                  "llamacpp": "llamacpp:tokens_predicted_total", "sglang": "sglang:generation_tokens_total"}[dialect]
-    assert values[generated] == core.counters.generation_tokens > 0
+    if dialect == "llamacpp":
+        # only ended requests are counted; /slots n_decoded has the busy slots' tokens
+        live = sum(seq.generated for seq in core.running)
+        assert live > 0 and values[generated] + live == core.counters.generation_tokens
+    else:
+        assert values[generated] == core.counters.generation_tokens > 0
     if dialect.startswith("vllm"):
         assert values["vllm:gpu_cache_usage_perc"] == pytest.approx(core.kv_usage)
         assert 0 < core.kv_usage < 1
