@@ -20,12 +20,14 @@ Kind = Literal["chat", "completion"]
 class ApiError(Exception):
     """A request the engine refuses, with the engine's status and error type."""
 
-    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None) -> None:
+    def __init__(self, message: str, status: int = 400, kind: str = "BadRequestError", param: str | None = None,
+                 extra: dict[str, Any] | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
         self.kind = kind
         self.param = param
+        self.extra = extra or {}
 
 
 @dataclass(frozen=True)
@@ -48,6 +50,7 @@ class GenSpec:
     request_id_inference: str | None = None
     kv_transfer_params: dict[str, Any] | None = None
     id_slot: int | None = None
+    predict_zero: bool = False  # llama.cpp n_predict/max_tokens 0: one token, but the slot keeps only the prompt
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -146,10 +149,59 @@ def _prompt(body: dict[str, Any]) -> tuple[str, int]:
     raise ApiError("prompt: Field required (a string or a list of token ids)", param="prompt")
 
 
+def _llama_limits(max_tokens: int | None, n_predict: int | None, context: int, n_ctx: int) -> tuple[int, bool]:
+    """llama-server's length rules: ``(new tokens, predict_zero)``.
+
+    ``n_predict`` wins over ``max_tokens``; -1 or nothing runs to the end of the slot's
+    context (no error for asking more); 0 still generates one token.
+    """
+    if context >= n_ctx:
+        raise ApiError(f"request ({context} tokens) exceeds the available context size ({n_ctx} tokens), "
+                       "try increasing it", kind="exceed_context_size_error",
+                       extra={"n_prompt_tokens": context, "n_ctx": n_ctx})
+    room = n_ctx - context
+    limit = n_predict if n_predict is not None else max_tokens
+    if limit is None or limit < 0:
+        return room, False
+    return max(1, min(limit, room)), limit == 0
+
+
+def _vllm_limits(max_tokens: int | None, n_predict: int | None, context: int, max_model_len: int, offset: int,
+                 has_generated_text: bool, prompt_param: str) -> int:
+    """vLLM's length rules: new tokens allowed, or an error when the request cannot fit."""
+    if context >= max_model_len:
+        raise ApiError(
+            f"This model's maximum context length is {max_model_len} tokens. However, your request has "
+            f"{context} input tokens. Please reduce the length of the input messages.",
+            param=prompt_param,
+        )
+    room = max_model_len - context
+    if n_predict is not None and n_predict >= 0:
+        max_new = min(n_predict, room)
+    elif max_tokens is not None:
+        if has_generated_text:
+            max_tokens = max(1, max_tokens - offset)  # sysHAX: the limit covers the whole answer
+        if max_tokens > room:
+            raise ApiError(
+                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
+                f"{max_tokens + context} tokens ({context} in the messages, {max_tokens} in the completion). "
+                f"Please reduce the length of the messages or completion.",
+                param="max_tokens",
+            )
+        max_new = max_tokens
+    else:
+        max_new = room
+    return max_new
+
+
 def parse_request(
-    kind: Kind, body: dict[str, Any], *, served_model: str, max_model_len: int, check_model: bool = True
+    kind: Kind, body: dict[str, Any], *, served_model: str, max_model_len: int, check_model: bool = True,
+    llama: bool = False,
 ) -> GenSpec:
-    """Validate a chat or completions body and size the work it asks for."""
+    """Validate a chat or completions body and size the work it asks for.
+
+    ``llama``: llama-server's rules (``max_model_len`` is then the slot's context).
+    """
     model = body.get("model")
     if model is None:
         model = served_model
@@ -160,7 +212,7 @@ def parse_request(
     stream = _bool_field(body, "stream", False)
     options = body.get("stream_options")
     include_usage = continuous = False
-    if options is not None:
+    if options is not None and not (llama and not stream):  # llama-server ignores them without a stream
         if not stream:
             raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
         if not isinstance(options, dict):
@@ -173,7 +225,7 @@ def parse_request(
     seed = _int_field(body, "seed")
     max_tokens = _int_field(body, "max_completion_tokens", 1) if kind == "chat" else None
     if max_tokens is None:
-        max_tokens = _int_field(body, "max_tokens", 1)
+        max_tokens = _int_field(body, "max_tokens", -1 if llama else 1)
     n_predict = _int_field(body, "n_predict", -1)
     ignore_eos = _bool_field(body, "ignore_eos", False)
     generated_text = body.get("generated_text")
@@ -203,28 +255,12 @@ def parse_request(
         fingerprint = prompt_text
 
     context = prompt_tokens + (textgen.count_tokens(generated_text) if generated_text else 0)
-    if context >= max_model_len:
-        raise ApiError(
-            f"This model's maximum context length is {max_model_len} tokens. However, your request has "
-            f"{context} input tokens. Please reduce the length of the input messages.",
-            param="messages" if kind == "chat" else "prompt",
-        )
-    room = max_model_len - context
-    if n_predict is not None and n_predict >= 0:
-        max_new = min(n_predict, room)
-    elif max_tokens is not None:
-        if generated_text is not None:
-            max_tokens = max(1, max_tokens - offset)  # sysHAX: the limit covers the whole answer
-        if max_tokens > room:
-            raise ApiError(
-                f"This model's maximum context length is {max_model_len} tokens. However, you requested "
-                f"{max_tokens + context} tokens ({context} in the messages, {max_tokens} in the completion). "
-                f"Please reduce the length of the messages or completion.",
-                param="max_tokens",
-            )
-        max_new = max_tokens
+    predict_zero = False
+    if llama:
+        max_new, predict_zero = _llama_limits(max_tokens, n_predict, context, max_model_len)
     else:
-        max_new = room
+        max_new = _vllm_limits(max_tokens, n_predict, context, max_model_len, offset, generated_text is not None,
+                               "messages" if kind == "chat" else "prompt")
 
     ndt = _int_field(body, "num_decode_tokens", 0)
     rid_inf = body.get("request_id_inference")
@@ -251,4 +287,5 @@ def parse_request(
         request_id_inference=rid_inf,
         kv_transfer_params=ktp,
         id_slot=id_slot if id_slot is not None and id_slot >= 0 else None,
+        predict_zero=predict_zero,
     )

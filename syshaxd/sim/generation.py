@@ -30,6 +30,7 @@ from syshaxd.sim.api_request import GenSpec
 from syshaxd.sim.core import SimRequest
 from syshaxd.sim.faults import DIE_AFTER_CHUNKS
 from syshaxd.sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
+from syshaxd.sim.llama_format import LlamaChunkWriter, llama_response
 from syshaxd.sim.llama_server import native_completion, timings
 from syshaxd.sim.realtime import Handle, TokenEvent
 
@@ -48,6 +49,8 @@ class Plan:
     offset: int
     sim: SimRequest
     handoff: str | None  # value of the X-Sim-Handoff header
+    slot: int | None = None  # llama.cpp: the slot the request runs in (None: deferred, all busy)
+    task: int = 0  # llama.cpp id_task
 
 
 def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
@@ -65,7 +68,9 @@ def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
 def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> Plan:
     """Look up handed-off KV, size the answer and build the core request."""
     base = x_request_id or uuid.uuid4().hex
-    response_id = ("chatcmpl-" if spec.kind == "chat" else "cmpl-") + base
+    # llama-server names both routes' answers chatcmpl-
+    chat_id = spec.kind == "chat" or engine.dialect == "llamacpp"
+    response_id = ("chatcmpl-" if chat_id else "cmpl-") + base
     key, offset = spec.text_key, spec.offset
     if engine.dialect == "llamacpp":
         # the text depends on the weights: two servers agree only when they load the same file
@@ -81,12 +86,16 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
         remote_id = params.get("remote_request_id") or x_request_id
         entry = engine.store.take(f"{params.get('remote_engine_id')}/{remote_id}")
         handoff = "recomputed"
-    elif spec.id_slot is not None and engine.dialect == "llamacpp" and spec.id_slot < len(engine.slots):
-        cache = engine.slots[spec.id_slot]
+    slot = engine.choose_slot(spec)
+    if entry is None and handoff is None and slot is not None:
+        cache = engine.slots[slot]
         if cache.tokens > 0 and cache.fingerprint == spec.fingerprint:
-            kv_ready = max(0, min(cache.tokens, context) - 1)  # llama.cpp re-evaluates the last prompt token
-            handoff = "slot"
-            engine.stats["handoff_slot"] = engine.stats.get("handoff_slot", 0) + 1
+            # the prompt cache (a restored file or this slot's last request); llama.cpp
+            # re-evaluates the last prompt token to get its logits
+            kv_ready = max(0, min(cache.tokens, context) - 1)
+            if spec.id_slot is not None:
+                handoff = "slot"
+                engine.stats["handoff_slot"] = engine.stats.get("handoff_slot", 0) + 1
     if entry is not None:
         kv_ready = max(0, min(entry.kv_tokens, context - 1))
         key = entry.text_key
@@ -118,7 +127,7 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
         kv_delay=kv_delay,
         hold_kv=spec.wants_remote_decode,
     )
-    return Plan(response_id, base, core_rid, key, offset, sim, handoff)
+    return Plan(response_id, base, core_rid, key, offset, sim, handoff, slot)
 
 
 def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
@@ -126,9 +135,13 @@ def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, 
     kv_tokens = plan.sim.context_tokens + max(0, generated - 1)
     if reason == "scheduled":
         engine.store.put(plan.response_id, KvEntry(engine.name, kv_tokens, plan.offset + generated, plan.text_key))
-    if spec.id_slot is not None and engine.dialect == "llamacpp" and spec.id_slot < len(engine.slots):
-        engine.slots[spec.id_slot] = SlotCache(spec.fingerprint, plan.sim.context_tokens + generated, plan.text_key,
-                                               plan.offset + generated)
+    if plan.slot is not None:
+        # the last sampled token is never decoded, so the slot holds prompt + generated - 1;
+        # n_predict 0 still samples one token, and the slot keeps exactly the prompt
+        kept = 0 if spec.predict_zero else max(0, generated - 1)
+        engine.slots[plan.slot] = SlotCache(spec.fingerprint, plan.sim.context_tokens + kept, plan.text_key,
+                                            plan.offset + kept, task=plan.task,
+                                            used_at=time.monotonic())
     if spec.wants_remote_decode and reason != "abort":
         core, rid = engine.live.core, plan.core_rid
         blocks = -(-plan.sim.context_tokens // core.block_size)
@@ -194,11 +207,14 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
     params = _after_finish(engine, spec, plan, generated, reason)
     text = textgen.generate(plan.text_key, plan.offset, generated)
     if native:
-        slot = spec.id_slot if spec.id_slot is not None and spec.id_slot < len(engine.slots) else 0
-        return native_completion(content=text, model=spec.model, id_slot=slot, prompt_tokens=plan.sim.context_tokens,
+        return native_completion(content=text, model=spec.model, id_slot=plan.slot if plan.slot is not None else -1, prompt_tokens=plan.sim.context_tokens,
                                  predicted=generated, cached=plan.sim.kv_ready_tokens,
                                  stop_type="limit" if reason == "length" else "eos",
                                  timings=llama_timings(handle, generated), stream=False)
+    if engine.dialect == "llamacpp":
+        return llama_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
+                              plan.sim.context_tokens, generated, plan.sim.kv_ready_tokens,
+                              llama_timings(handle, generated), role=spec.role)
     return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
                          plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
 
@@ -218,8 +234,13 @@ async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent |
 async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
                         disconnected: Callable[[], asyncio.Future[Any]]) -> AsyncIterator[bytes]:
     """The SSE body of a streamed answer; a client that goes away aborts the request."""
-    writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
-                         plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
+    writer: ChunkWriter
+    if engine.dialect == "llamacpp":
+        writer = LlamaChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
+                                  plan.sim.context_tokens, spec.include_usage, plan.sim.kv_ready_tokens)
+    else:
+        writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
+                             plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
     die = engine.faults.take_mid_stream_death()
     sent = 0
     generated = 0
@@ -258,6 +279,8 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
                 finished = True
                 engine.live.forget(plan.core_rid)
                 _after_finish(engine, spec, plan, generated, reason)
+                if isinstance(writer, LlamaChunkWriter):
+                    writer.timings = llama_timings(handle, generated)
             if tokens or reason is not None:
                 async for chunk in emit(writer.content(text, tokens, reason)):
                     yield chunk

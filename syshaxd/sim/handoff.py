@@ -81,6 +81,8 @@ class SlotCache:
     tokens: int = 0
     text_key: int = 0
     generated: int = 0
+    task: int = -1  # llama.cpp id_task of the last request (-1: the slot never ran one)
+    used_at: float = 0.0  # monotonic time its last request ended (llama.cpp reuses the oldest idle slot)
 
 
 class SlotFileError(Exception):

@@ -25,7 +25,7 @@ from starlette.routing import Route
 
 from syshaxd.sim import generation
 from syshaxd.sim.api_format import error_body
-from syshaxd.sim.api_request import ApiError, Kind, parse_body, parse_request
+from syshaxd.sim.api_request import ApiError, GenSpec, Kind, parse_body, parse_request
 from syshaxd.sim.core import EngineCore
 from syshaxd.sim.faults import SLOW_METRICS_SECONDS, FaultError, Faults, FaultState, apply_patch
 from syshaxd.sim.handoff import KvStore, SlotCache
@@ -106,14 +106,35 @@ class SimEngine:
             ]
         return routes
 
+    def choose_slot(self, spec: GenSpec) -> int | None:
+        """llama.cpp: the slot a request runs in (None for other dialects, or when all are busy).
+
+        A valid ``id_slot`` is used as asked (an out-of-range one is ignored, as llama-server
+        does); otherwise an idle slot holding the same prompt, else the least recently used.
+        """
+        if self.dialect != "llamacpp":
+            return None
+        if spec.id_slot is not None and spec.id_slot < len(self.slots):
+            return spec.id_slot
+        busy = set(self.pins.values())
+        idle = [i for i in range(len(self.slots)) if i not in busy]
+        for i in idle:
+            if self.slots[i].tokens and self.slots[i].fingerprint == spec.fingerprint:
+                return i
+        return min(idle, key=lambda i: self.slots[i].used_at) if idle else None
+
     def done(self, core_rid: str) -> None:
         """Forget a request that has ended (normally or not)."""
         self.pins.pop(core_rid, None)
         self.task_ids.pop(core_rid, None)
 
-    def error(self, message: str, status: int = 400, kind: str | None = None, param: str | None = None) -> JSONResponse:
+    def error(self, message: str, status: int = 400, kind: str | None = None, param: str | None = None,
+              extra: dict[str, Any] | None = None) -> JSONResponse:
         """An error response in this engine's dialect."""
-        return JSONResponse(error_body(self.dialect, message, status, kind, param), status_code=status)
+        body = error_body(self.dialect, message, status, kind, param)
+        if extra and self.dialect == "llamacpp":
+            body["error"].update(extra)  # e.g. n_prompt_tokens and n_ctx of exceed_context_size_error
+        return JSONResponse(body, status_code=status)
 
     # -- generation ---------------------------------------------------------------
     async def chat(self, request: Request) -> Response:
@@ -150,18 +171,18 @@ class SimEngine:
             body = parse_body(raw)
             spec = parse_request(kind, body, served_model=self.opts.served_model_name,
                                  max_model_len=self.context_limit,
-                                 check_model=self.dialect.startswith("vllm"))
+                                 check_model=self.dialect.startswith("vllm"), llama=self.dialect == "llamacpp")
             if native and spec.stream:
                 raise ApiError("the simulator's /completion does not stream; use /v1/completions", 501,
                                "not_supported_error")
         except ApiError as exc:
-            return self.error(exc.message, exc.status, exc.kind, exc.param)
+            return self.error(exc.message, exc.status, exc.kind, exc.param, exc.extra)
         plan = generation.plan_request(self, spec, request.headers.get("x-request-id"))
         handle = self.live.submit(plan.sim)
         self._next_task += 1
-        self.task_ids[plan.core_rid] = self._next_task
-        if spec.id_slot is not None and spec.id_slot < len(self.slots):
-            self.pins[plan.core_rid] = spec.id_slot
+        self.task_ids[plan.core_rid] = plan.task = self._next_task
+        if plan.slot is not None:
+            self.pins[plan.core_rid] = plan.slot
         headers = generation.response_headers(plan)
 
         def disconnected() -> asyncio.Future[Any]:

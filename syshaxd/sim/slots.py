@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
@@ -43,40 +44,50 @@ def _assign(engine: SimEngine) -> dict[int, Any]:
     return by_slot
 
 
+def _params(n_predict: int) -> dict[str, Any]:
+    return {
+        "seed": 4294967295, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
+        "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0, "presence_penalty": 0.0,
+        "frequency_penalty": 0.0, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0,
+        "n_discard": 0, "ignore_eos": False, "stream": True, "n_probs": 0, "min_keep": 0,
+        "chat_format": "Content-only", "samplers": SAMPLERS, "lora": [],
+    }
+
+
 def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
-    """The ``GET /slots`` array."""
+    """The ``GET /slots`` array.
+
+    A slot that never ran a task has only ``id, n_ctx, speculative, is_processing``. The
+    per-request counters (``n_decoded``, ``n_prompt_tokens_processed``) read 0 once the
+    slot is released, and ``n_prompt_tokens`` is then the sequence the slot caches.
+    """
     n_ctx = engine.layout.slot_n_ctx
     busy = _assign(engine)
-    out = []
-    for i in range(len(engine.slots)):
+    out: list[dict[str, Any]] = []
+    for i, cache in enumerate(engine.slots):
         seq = busy.get(i)
-        cache = engine.slots[i]
-        processing = seq is not None
-        n_prompt = seq.req.context_tokens if seq else cache.tokens
-        max_new = seq.req.max_new_tokens if seq else -1
-        out.append({
-            "id": i,
-            "n_ctx": n_ctx,
-            "speculative": False,
-            "is_processing": processing,
-            "id_task": engine.task_ids.get(seq.rid, -1) if seq else -1,
-            "n_prompt_tokens": n_prompt,
-            "n_prompt_tokens_processed": seq.prefill_done if seq else 0,
-            "n_prompt_tokens_cache": seq.req.kv_ready_tokens if seq else cache.tokens,
-            "params": {
-                "seed": 4294967295, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-                "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-                "frequency_penalty": 0.0, "max_tokens": max_new, "n_predict": max_new, "n_keep": 0,
-                "n_discard": 0, "ignore_eos": False, "stream": True, "n_probs": 0, "min_keep": 0,
-                "chat_format": "Content-only", "samplers": SAMPLERS, "lora": [],
-            },
-            "next_token": [{
-                "has_next_token": processing,
-                "has_new_line": False,
-                "n_remain": (max_new - seq.generated) if seq else -1,
-                "n_decoded": seq.generated if seq else 0,
-            }],
-        })
+        slot: dict[str, Any] = {"id": i, "n_ctx": n_ctx, "speculative": False, "is_processing": seq is not None}
+        if seq is not None:
+            max_new = seq.req.max_new_tokens
+            slot.update({
+                "id_task": engine.task_ids.get(seq.rid, -1),
+                "n_prompt_tokens": seq.req.context_tokens,
+                "n_prompt_tokens_processed": seq.prefill_done,
+                "n_prompt_tokens_cache": seq.req.kv_ready_tokens,
+                "params": _params(max_new),
+                "next_token": [{"has_next_token": True, "has_new_line": False,
+                                "n_remain": max_new - seq.generated, "n_decoded": seq.generated}],
+            })
+        elif cache.task >= 0:
+            slot.update({
+                "id_task": cache.task,
+                "n_prompt_tokens": cache.tokens,
+                "n_prompt_tokens_processed": 0,
+                "n_prompt_tokens_cache": cache.tokens,
+                "params": _params(-1),
+                "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}],
+            })
+        out.append(slot)
     return out
 
 
@@ -97,9 +108,9 @@ async def slot_action(engine: SimEngine, request: Request) -> Response:
         return _llama_error("Invalid slot ID", 400, "invalid_request_error")
     action = request.query_params.get("action")
     if action == "erase":
-        n = engine.slots[id_slot].tokens
-        engine.slots[id_slot] = SlotCache()
-        return JSONResponse({"id_slot": id_slot, "n_erased": n})
+        old = engine.slots[id_slot]
+        engine.slots[id_slot] = SlotCache(task=old.task, used_at=old.used_at)
+        return JSONResponse({"id_slot": id_slot, "n_erased": old.tokens})
     if action not in ("save", "restore"):
         return _llama_error("Invalid action", 400, "invalid_request_error")
     # llama-server parses the body with nlohmann::json and answers its exceptions with a 500
@@ -125,7 +136,9 @@ async def slot_action(engine: SimEngine, request: Request) -> Response:
         read = int(cache.tokens * kv_bytes)
         seconds = read / engine.profile.handoff_bandwidth
         await asyncio.sleep(engine.live.wall_delay(seconds))
-        engine.slots[id_slot] = cache
+        old = engine.slots[id_slot]
+        # /slots shows what the slot last ran, not what was restored into it
+        engine.slots[id_slot] = replace(cache, task=old.task, used_at=old.used_at)
         return JSONResponse({"id_slot": id_slot, "filename": path.name, "n_restored": cache.tokens,
                              "n_read": read, "timings": {"restore_ms": round(seconds * 1000, 3)}})
     except SlotFileError as exc:

@@ -109,7 +109,9 @@ def test_llamacpp_slots_save_and_restore(sim_pair, tmp_path: Path) -> None:  # t
     a, b = sim_pair(gpu_dialect="llamacpp", cpu_dialect="llamacpp", slot_save_path=tmp_path)
     body = {**BODY, "id_slot": 0, "n_predict": 0}
     prefill = post(a, body)
-    assert prefill.json()["choices"][0]["message"]["content"] == ""
+    # llama-server samples one token even for n_predict 0, but the slot keeps only the prompt
+    assert prefill.json()["usage"]["completion_tokens"] == 1
+    assert prefill.json()["choices"][0]["finish_reason"] == "length"
     prompt_tokens = prefill.json()["usage"]["prompt_tokens"]
     saved = httpx.post(f"{a.url}/slots/0?action=save", json={"filename": "conv.bin"}).json()
     assert saved["n_saved"] == prompt_tokens and (tmp_path / "conv.bin").is_file()
@@ -119,8 +121,12 @@ def test_llamacpp_slots_save_and_restore(sim_pair, tmp_path: Path) -> None:  # t
     assert decode.headers[HANDOFF_HEADER] == "slot"
     assert decode.json()["usage"]["completion_tokens"] == 10
     assert b.stats()["prompt_tokens"] == 1  # llama.cpp re-evaluates about one prompt token
+    assert decode.json()["timings"]["prompt_n"] == 1
+    assert decode.json()["usage"]["prompt_tokens_details"]["cached_tokens"] == prompt_tokens - 1
     slots = httpx.get(f"{b.url}/slots").json()
-    assert slots[1]["n_prompt_tokens_cache"] == prompt_tokens + 10
+    # the slot caches prompt + generated - 1 (the last sampled token is never decoded)
+    assert slots[1]["n_prompt_tokens"] == prompt_tokens + 9
+    assert slots[1]["next_token"][0]["n_decoded"] == 0  # per-request counters reset on release
 
 
 def test_llamacpp_slot_errors(sim_pair, sim_engine, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
