@@ -69,13 +69,21 @@ class GenSpec:
         return bool(self.kv_transfer_params and self.kv_transfer_params.get("do_remote_prefill"))
 
 
-def parse_body(raw: bytes) -> dict[str, Any]:
-    """The JSON object of a request body."""
+def parse_body(raw: bytes, llama: bool = False) -> dict[str, Any]:
+    """The JSON object of a request body.
+
+    ``llama``: llama-server answers a parse error with a 500 (its JSON library throws) and
+    reads any other JSON value as an object without fields.
+    """
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
+        if llama:
+            raise ApiError(f"[json.exception.parse_error.101] parse error: {exc}", 500, "server_error") from None
         raise ApiError(f"JSON decode error: {exc}") from None
     if not isinstance(body, dict):
+        if llama:
+            return {}
         raise ApiError("Input should be a valid dictionary or object to extract fields from")
     return body
 
@@ -121,8 +129,12 @@ def _content_text(content: object, where: str) -> str:
     raise ApiError(f"{where}: content must be a string or a list of content parts", param="messages")
 
 
-def _messages(body: dict[str, Any]) -> list[tuple[str, str]]:
+def _messages(body: dict[str, Any], llama: bool) -> list[tuple[str, str]]:
     messages = body.get("messages")
+    if llama and "messages" not in body:
+        raise ApiError("'messages' is required", param="messages")
+    if llama and isinstance(messages, list) and not messages:
+        return []  # llama-server renders the template around nothing
     if not isinstance(messages, list) or not messages:
         raise ApiError("messages: Field required (a non-empty list of messages)", param="messages")
     out: list[tuple[str, str]] = []
@@ -235,17 +247,17 @@ def parse_request(
 
     role = "assistant"
     if kind == "chat":
-        messages = _messages(body)
+        messages = _messages(body, llama)
         add_gen = _bool_field(body, "add_generation_prompt", True)
         cont = _bool_field(body, "continue_final_message", False)
         if cont and add_gen:
             raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-        if not add_gen:
+        if not add_gen and messages:
             role = messages[-1][0]
         contents = [c for _, c in messages]
         prompt_tokens = textgen.chat_tokens(contents, add_generation_prompt=add_gen)
         convo = messages
-        if cont:
+        if cont and messages:
             # the answer so far is the final message: the text continues from its end
             convo = messages[:-1]
             offset += textgen.count_tokens(messages[-1][1])

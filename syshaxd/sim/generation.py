@@ -231,9 +231,30 @@ async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent |
     return None
 
 
+async def first_event(engine: SimEngine, plan: Plan, handle: Handle,
+                      disconnected: Callable[[], asyncio.Future[Any]]) -> TokenEvent | None:
+    """Wait for a request's first token (llama-server sends no headers before it).
+
+    None when the client went away first; the request is then aborted.
+    """
+    gone = disconnected()
+    try:
+        event = await _next_event(handle, gone)
+    finally:
+        gone.cancel()
+    if event is None:
+        engine.live.abort(plan.core_rid)
+        engine.done(plan.core_rid)
+    return event
+
+
 async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                        disconnected: Callable[[], asyncio.Future[Any]]) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed answer; a client that goes away aborts the request."""
+                        disconnected: Callable[[], asyncio.Future[Any]],
+                        early: TokenEvent | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed answer; a client that goes away aborts the request.
+
+    ``early`` is a first event already taken from the request's queue (see :func:`first_event`).
+    """
     writer: ChunkWriter
     if engine.dialect == "llamacpp":
         writer = LlamaChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
@@ -259,7 +280,11 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
         first = True
         reason: str | None = None
         while reason is None:
-            event = await _next_event(handle, gone)
+            event: TokenEvent | None
+            if early is not None:
+                event, early = early, None
+            else:
+                event = await _next_event(handle, gone)
             if event is None:
                 return
             tokens, reason = event.tokens, event.finish_reason

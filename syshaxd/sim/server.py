@@ -84,7 +84,8 @@ class SimEngine:
         self.task_ids: dict[str, int] = {}
         self._next_task = 0
         self.created = int(time.time())
-        self.app = Starlette(routes=self._routes())
+        handlers = {404: self._not_found, 405: self._not_found} if self.dialect == "llamacpp" else {}
+        self.app = Starlette(routes=self._routes(), exception_handlers=handlers)
 
     def _routes(self) -> list[Route]:
         routes = [
@@ -122,6 +123,10 @@ class SimEngine:
             if self.slots[i].tokens and self.slots[i].fingerprint == spec.fingerprint:
                 return i
         return min(idle, key=lambda i: self.slots[i].used_at) if idle else None
+
+    async def _not_found(self, request: Request, exc: Exception) -> Response:
+        # llama-server answers unknown routes, and known ones with the wrong method, alike
+        return self.error("File Not Found", 404, "not_found_error")
 
     def done(self, core_rid: str) -> None:
         """Forget a request that has ended (normally or not)."""
@@ -168,7 +173,7 @@ class SimEngine:
             media = "text/event-stream" if b'"stream":true' in raw.replace(b" ", b"") else "application/json"
             return Response(GARBAGE, status_code=200, media_type=media)
         try:
-            body = parse_body(raw)
+            body = parse_body(raw, llama=self.dialect == "llamacpp")
             spec = parse_request(kind, body, served_model=self.opts.served_model_name,
                                  max_model_len=self.context_limit,
                                  check_model=self.dialect.startswith("vllm"), llama=self.dialect == "llamacpp")
@@ -195,7 +200,13 @@ class SimEngine:
             return asyncio.ensure_future(watch())
 
         if spec.stream:
-            return StreamingResponse(generation.stream_answer(self, spec, plan, handle, disconnected),
+            early = None
+            if self.dialect == "llamacpp":
+                # llama-server sends its status and headers with the first token, not before
+                early = await generation.first_event(self, plan, handle, disconnected)
+                if early is None:
+                    return Response(status_code=499)
+            return StreamingResponse(generation.stream_answer(self, spec, plan, handle, disconnected, early),
                                      media_type="text/event-stream", headers=headers)
         answer = await generation.full_answer(self, spec, plan, handle, disconnected, native=native)
         if answer is None:

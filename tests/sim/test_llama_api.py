@@ -97,3 +97,39 @@ def test_slots_and_slot_actions_answer_like_llama_server(llama: Any) -> None:
     assert bad.status_code == 500 and bad.json()["error"]["type"] == "server_error"
     missing = httpx.post(f"{llama.url}/slots/0?action=save", json={}, timeout=10)
     assert missing.status_code == 500 and "filename" in missing.json()["error"]["message"]
+
+
+def test_request_errors_are_llama_servers(llama: Any) -> None:
+    broken = httpx.post(f"{llama.url}/v1/chat/completions", content=b"{\"messages\": [", timeout=10)
+    assert broken.status_code == 500 and broken.json()["error"]["type"] == "server_error"
+    assert "parse_error" in broken.json()["error"]["message"]
+    missing = _post(llama, "/v1/chat/completions", {"max_tokens": 1})
+    assert missing.status_code == 400 and missing.json()["error"]["message"] == "'messages' is required"
+    array = httpx.post(f"{llama.url}/v1/chat/completions", json=[1, 2], timeout=10)
+    assert array.status_code == 400 and array.json()["error"]["message"] == "'messages' is required"
+    for resp in (httpx.get(f"{llama.url}/nowhere"), httpx.get(f"{llama.url}/v1/chat/completions")):
+        assert resp.status_code == 404
+        assert resp.json() == {"error": {"code": 404, "message": "File Not Found", "type": "not_found_error"}}
+
+
+async def test_a_deferred_stream_gets_its_headers_with_its_first_token(sim_engine: Any) -> None:
+    import asyncio
+
+    engine = sim_engine("tiny", dialect="llamacpp", parallel=1, speed=1.0)
+    body = {**CHAT, "stream": True}
+    async with httpx.AsyncClient(base_url=engine.url, timeout=30) as client:
+        async with client.stream("POST", "/v1/chat/completions", json=body) as first:
+            assert first.status_code == 200
+            lines = first.aiter_lines()
+            await lines.__anext__()  # the one slot is generating
+            request = client.build_request("POST", "/v1/chat/completions", json={**body, "max_tokens": 2})
+            second = asyncio.ensure_future(client.send(request, stream=True))  # returns with the headers
+            done, _ = await asyncio.wait({second}, timeout=0.5)
+            assert not done, "headers were sent before the deferred request had a token"
+            metrics = (await client.get("/metrics")).text
+            assert "llamacpp:requests_deferred 1" in metrics
+        # closing the first stream cancels it; the slot frees and the second one starts
+        answer = await second
+        text = (await answer.aread()).decode()
+        await answer.aclose()
+    assert answer.status_code == 200 and text.rstrip().endswith("data: [DONE]")
