@@ -176,6 +176,18 @@ def _launch(args: Sequence[str], timeout: float, env: Mapping[str, str] | None) 
             folder.rmdir()
 
 
+def _llama_args(parallel: int | None, ctx_size: int | None, slot_save_path: Path | None) -> list[str]:
+    """``-np``, ``-c`` and ``--slot-save-path`` when given."""
+    out: list[str] = []
+    if parallel is not None:
+        out += ["--parallel", str(parallel)]
+    if ctx_size is not None:
+        out += ["--ctx-size", str(ctx_size)]
+    if slot_save_path is not None:
+        out += ["--slot-save-path", str(slot_save_path)]
+    return out
+
+
 @contextlib.contextmanager
 def start_engine(
     profile: str = "tiny",
@@ -188,6 +200,7 @@ def start_engine(
     faults: Mapping[str, Any] | None = None,
     seed: int = 0,
     parallel: int | None = None,
+    ctx_size: int | None = None,
     slot_save_path: Path | None = None,
     name: str = "sim",
     extra_args: Sequence[str] = (),
@@ -197,10 +210,7 @@ def start_engine(
     """Run one simulated engine; yields (process, engine)."""
     args = ["--profile", profile, "--dialect", dialect, "--speed", repr(speed), "--port", str(port), "--host", host,
             "--served-model-name", served_model_name, "--seed", str(seed), "--name", name, *fault_args(faults)]
-    if parallel is not None:
-        args += ["--parallel", str(parallel)]
-    if slot_save_path is not None:
-        args += ["--slot-save-path", str(slot_save_path)]
+    args += _llama_args(parallel, ctx_size, slot_save_path)
     with _launch([*args, *extra_args], timeout, env) as sim:
         yield sim, sim.engines[name]
 
@@ -220,6 +230,8 @@ def start_pair(
     gpu_faults: Mapping[str, Any] | None = None,
     cpu_faults: Mapping[str, Any] | None = None,
     seed: int = 0,
+    parallel: int | None = None,
+    ctx_size: int | None = None,
     slot_save_path: Path | None = None,
     extra_args: Sequence[str] = (),
     timeout: float = 30.0,
@@ -230,7 +242,6 @@ def start_pair(
             "--cpu-dialect", cpu_dialect, "--speed", repr(speed), "--gpu-port", str(gpu_port), "--cpu-port",
             str(cpu_port), "--host", host, "--served-model-name", served_model_name, "--seed", str(seed),
             *fault_args(gpu_faults, "--gpu-fault"), *fault_args(cpu_faults, "--cpu-fault")]
-    if slot_save_path is not None:
-        args += ["--slot-save-path", str(slot_save_path)]
+    args += _llama_args(parallel, ctx_size, slot_save_path)
     with _launch([*args, *extra_args], timeout, env) as sim:
         yield sim, sim.engines["gpu"], sim.engines["cpu"]

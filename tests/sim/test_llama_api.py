@@ -15,7 +15,7 @@ CHAT = {"messages": [{"role": "user", "content": "tell me about the river"}], "i
 @pytest.fixture
 def llama(sim_engine: Any, tmp_path: Path) -> Any:
     """A tiny llamacpp engine: 2 slots of 128 tokens, slot files in tmp_path."""
-    return sim_engine("tiny", dialect="llamacpp", parallel=2, slot_save_path=tmp_path, extra_args=["-c", "256"])
+    return sim_engine("tiny", dialect="llamacpp", parallel=2, slot_save_path=tmp_path, ctx_size=256)
 
 
 def _post(engine: Any, path: str, body: dict[str, Any]) -> httpx.Response:

@@ -42,21 +42,21 @@ def test_the_greedy_probe_gives_the_same_text_on_both_sides(sim_pair: Any, tmp_p
 
 
 def test_different_models_or_layouts_fail_the_pair_check(sim_engine: Any, tmp_path: Path) -> None:
-    tiny = sim_engine("tiny", dialect="llamacpp", slot_save_path=tmp_path, parallel=4, extra_args=["-c", "2048"])
-    other = sim_engine("null", dialect="llamacpp", slot_save_path=tmp_path, parallel=4, extra_args=["-c", "2048"])
+    tiny = sim_engine("tiny", dialect="llamacpp", slot_save_path=tmp_path, parallel=4, ctx_size=2048)
+    other = sim_engine("null", dialect="llamacpp", slot_save_path=tmp_path, parallel=4, ctx_size=2048)
     with pytest.raises(PairMismatch, match="n_embd"):
         _check(tiny.url, other.url)
-    fewer = sim_engine("tiny", dialect="llamacpp", slot_save_path=tmp_path, parallel=2, extra_args=["-c", "2048"])
+    fewer = sim_engine("tiny", dialect="llamacpp", slot_save_path=tmp_path, parallel=2, ctx_size=2048)
     with pytest.raises(PairMismatch, match="total_slots: 4 on prefill, 2 on decode"):
         _check(tiny.url, fewer.url)
-    no_files = sim_engine("tiny", dialect="llamacpp", parallel=4, extra_args=["-c", "2048"])
+    no_files = sim_engine("tiny", dialect="llamacpp", parallel=4, ctx_size=2048)
     with pytest.raises(PairMismatch, match="slot-save-path"):
         _check(tiny.url, no_files.url)
 
 
 def test_per_slot_context_is_capped_at_the_training_context(sim_engine: Any) -> None:
     # tiny is trained for 2048 tokens: 2 slots out of 32768 still get 2048 each.
-    engine = sim_engine("tiny", dialect="llamacpp", parallel=2, extra_args=["-c", "32768"])
+    engine = sim_engine("tiny", dialect="llamacpp", parallel=2, ctx_size=32768)
     async def identify() -> Any:
         async with httpx.AsyncClient(base_url=engine.url, timeout=10) as client:
             return await fetch_identity(client, side="x")
@@ -80,3 +80,10 @@ def test_a_split_through_syshaxd_restores_the_slot_on_the_decode_side(make_stack
     assert httpx.get(f"{stack.cpu_url}/sim/stats").json()["handoffs"].get("handoff_slot") == 1
     assert any(p.name.startswith("syshax-") for p in slots.iterdir())
     assert "can hand off KV caches" in stack.log_text()
+
+
+def test_pair_flags_set_both_servers_layout(sim_pair: Any, tmp_path: Path) -> None:
+    gpu, cpu = sim_pair(gpu_dialect="llamacpp", cpu_dialect="llamacpp", slot_save_path=tmp_path, parallel=3,
+                        ctx_size=600)
+    a, b = _check(gpu.url, cpu.url)
+    assert (a.total_slots, a.slot_n_ctx) == (b.total_slots, b.slot_n_ctx) == (3, 200)
