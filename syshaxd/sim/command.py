@@ -79,7 +79,7 @@ def add_arguments(p: argparse.ArgumentParser,
     p.add_argument("--parallel", "-np", type=int, metavar="N", help="sequences at once (llama.cpp slots); default: the profile's")
     p.add_argument("--ctx-size", "-c", type=int, metavar="N",
                    help="llama.cpp: context tokens shared by the slots (per slot: N / -np, capped at the model's); "
-                        "default: the profile's KV capacity")
+                        "default: -np x the model's context")
     p.add_argument("--name", default="sim", help="engine name in logs and /sim/stats (default sim)")
     _common_args(p)
     p.set_defaults(func=wrap(cmd_sim))
@@ -96,7 +96,7 @@ def add_arguments(p: argparse.ArgumentParser,
     pair.add_argument("--parallel", "-np", type=int, metavar="N",
                       help="llama.cpp: slots on both engines (default: the smaller profile's sequences)")
     pair.add_argument("--ctx-size", "-c", type=int, metavar="N",
-                      help="llama.cpp: context tokens on both engines (default: the smaller KV capacity)")
+                      help="llama.cpp: context tokens on both engines (default: -np x the model's context)")
     _common_args(pair)
     pair.set_defaults(func=wrap(cmd_pair))
     profiles = sub.add_parser("profiles", help="list the shipped device profiles and their headline numbers")

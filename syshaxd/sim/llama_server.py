@@ -78,18 +78,23 @@ class Layout:
 
 
 def layout(profile: Profile, slots: int | None = None, ctx_size: int | None = None) -> Layout:
-    """A single engine's layout: by default the profile's sequences and whole KV capacity."""
-    return Layout(slots or profile.max_num_seqs, ctx_size or profile.kv_capacity_tokens, profile.max_model_len)
+    """A single engine's layout: by default the profile's sequences, each with the whole training context.
+
+    That is what llama-server's defaults give (``-c 0`` = the training context, shared by
+    all slots with ``--kv-unified``); the KV memory itself is the profile's paged cache.
+    """
+    n = slots or profile.max_num_seqs
+    return Layout(n, ctx_size or n * profile.max_model_len, profile.max_model_len)
 
 
 def pair_layout(gpu: Profile, cpu: Profile, slots: int | None = None, ctx_size: int | None = None) -> tuple[int, int]:
     """``(slots, ctx_size)`` for both servers of a llama.cpp pair: one layout that fits both.
 
     A slot handoff needs the same ``-np`` and ``-c`` on both sides, like two real servers
-    started with the same flags; unset values take what the smaller device can hold.
+    started with the same flags; unset values take what the smaller side allows.
     """
-    return (slots or min(gpu.max_num_seqs, cpu.max_num_seqs),
-            ctx_size or min(gpu.kv_capacity_tokens, cpu.kv_capacity_tokens))
+    n = slots or min(gpu.max_num_seqs, cpu.max_num_seqs)
+    return n, ctx_size or n * min(gpu.max_model_len, cpu.max_model_len)
 
 
 def models_meta(file: ModelFile, slot_n_ctx: int) -> dict[str, Any]:

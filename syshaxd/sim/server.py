@@ -53,7 +53,7 @@ class EngineOptions:
     seed: int = 0
     slot_save_path: Path | None = None
     parallel: int | None = None  # llama.cpp -np (number of slots)
-    ctx_size: int | None = None  # llama.cpp -c (tokens shared by the slots); default: the KV capacity
+    ctx_size: int | None = None  # llama.cpp -c (tokens shared by the slots); default: -np x the model's context
     model_file: ModelFile | None = None  # llama.cpp: the file both servers of a pair load; default: the profile's
     host: str = "127.0.0.1"
     port: int = 0
