@@ -58,6 +58,10 @@ def api_server(app: Any, *, graceful: float) -> SignalFreeServer:
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=max(1, int(graceful)),
+            # Clients (httpx, the openai client) drop idle connections after 5 s; a server that
+            # closes at the same 5 s races them, and a request sent on a connection the server
+            # is closing is lost before any byte is answered. Outlive the clients instead.
+            timeout_keep_alive=75,
         )
     )
 
