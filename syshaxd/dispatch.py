@@ -250,7 +250,11 @@ class Dispatcher:
                 outcome = "truncated"
                 yield sse_error(f"engine {up.name} ended the stream without [DONE]; the answer is incomplete")
         except (httpx.HTTPError, httpx.StreamError) as exc:
-            if flight.expired:
+            if b"data: [DONE]" in tail:
+                # The answer was complete; only the connection's end was lost (engine died
+                # right after [DONE]). Nothing may follow [DONE].
+                outcome = "ok"
+            elif flight.expired:
                 outcome = "timeout"
                 yield sse_error(f"request exceeded system.request_timeout "
                                 f"({self.c.config.system.request_timeout:g} s)", type="timeout", code="504")
