@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
-from tests.plugins.ports import free_port, wait_http
+from tests.plugins.ports import free_port, stop_process, wait_http
 
 
 class NotifySink:
@@ -111,15 +111,6 @@ class RunningDaemon:
             self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(timeout=timeout)
 
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def wait_control_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
@@ -237,7 +228,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
 
     yield start
     for proc in reversed(procs):
-        _stop(proc)
+        stop_process(proc)
     for handle in handles:
         handle.close()
     for sink in sinks:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -27,7 +26,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
-from tests.plugins.ports import free_port, wait_http
+from tests.plugins.ports import free_port, stop_process, wait_http
 from tools.build_engines import engine_paths
 
 N_PARALLEL = 4
@@ -271,19 +270,10 @@ class LlamaStack:
 
     def stop(self) -> None:
         """Stop syshaxd, then both servers (SIGTERM, SIGKILL when they hang)."""
-        _stop_process(self.daemon)
+        stop_process(self.daemon)
         self.gpu.stop()
         self.cpu.stop()
 
-
-def _stop_process(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
@@ -351,7 +341,7 @@ def start_llama_stack(
         return stack
     except BaseException:
         if daemon is not None:
-            _stop_process(daemon)
+            stop_process(daemon)
         for server in started:
             server.stop()
         raise

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,17 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.plugins.ports import free_port, wait_http
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+from tests.plugins.ports import free_port, stop_process, wait_http
 
 
 @dataclass
@@ -180,7 +169,7 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         yield start
     finally:
         for proc in reversed(procs):
-            _stop(proc)
+            stop_process(proc)
         for handle in logs:
             handle.close()
 
