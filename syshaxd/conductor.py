@@ -161,15 +161,16 @@ class Conductor:
     # -- routing ---------------------------------------------------------------------
 
     def _pick(self, snap: Snapshot, device: Device, preferred: str | None = None) -> Upstream | None:
-        usable = snap.usable(device)
+        # The policy's choice if it named a usable engine, else the same least-loaded rule
+        # the policies use (one notion of "least loaded" for the whole daemon).
+        from syshaxd.policy import pick_engine
+
         if preferred:
-            for view in usable:
+            for view in snap.usable(device):
                 if view.name == preferred:
                     return self.upstreams[view.name]
-        if not usable:
-            return None
-        best = min(usable, key=lambda v: (v.inflight + v.waiting, v.inflight, v.name))
-        return self.upstreams[best.name]
+        best = pick_engine(snap, device)
+        return self.upstreams[best.name] if best is not None else None
 
     def _down_message(self, snap: Snapshot) -> str:
         parts = []
