@@ -48,6 +48,10 @@ class Tally:
     #: Transport steps that failed (httpcore's trace), on a new or a reused connection: why
     #: a lost request was lost.
     transport: Counter[str] = field(default_factory=Counter)
+    #: Requests whose connection this client's own pool closed under them before any answer
+    #: (encode/httpcore#1110, when the client's loop stalls): retried once, as the openai
+    #: client retries connection errors, and reported apart from what the daemon did.
+    client_pool_closes: int = 0
 
     @property
     def total(self) -> int:
@@ -81,7 +85,8 @@ class Tally:
     def to_json(self) -> dict[str, Any]:
         """Everything, for the worker's final line."""
         return {**self.counts(), "kinds": dict(self.kinds), "ttfts": self.ttfts, "lost_examples": self.lost_examples,
-                "transport": dict(self.transport), "error_examples": self.error_examples}
+                "transport": dict(self.transport), "error_examples": self.error_examples,
+                "client_pool_closes": self.client_pool_closes}
 
     def merge(self, data: dict[str, Any]) -> None:
         """Add a worker's final tally."""
@@ -92,6 +97,7 @@ class Tally:
         self.ttfts.extend(data["ttfts"])
         self.lost_examples.extend(data["lost_examples"])
         self.transport.update(data["transport"])
+        self.client_pool_closes += data["client_pool_closes"]
         for kind, message in data["error_examples"].items():
             self.error_examples.setdefault(kind, message)
 
@@ -110,8 +116,10 @@ class Tally:
                     if isinstance(exc, asyncio.CancelledError):
                         return  # our own timeout, or the run ending
                     step = name.removesuffix(".failed")
+                    cause = exc.__cause__ if exc is not None else None
+                    because = f" (from {type(cause).__name__})" if cause is not None else ""
                     self.transport[f"{step} on a {'new' if new else 'reused'} connection: "
-                                   f"{type(exc).__name__}: {exc}"[:160]] += 1
+                                   f"{type(exc).__name__}: {exc}{because}"[:160]] += 1
 
             request.extensions["trace"] = trace
 
@@ -141,8 +149,13 @@ async def _load(url: str, clients: int, seconds: float, offset: int) -> Tally:
     async def worker() -> None:
         while time.monotonic() < deadline:
             started = time.monotonic() - t0
-            result = await stream_chat(client, f"{url}/v1/chat/completions", body(next(counter)),
+            request = body(next(counter))
+            result = await stream_chat(client, f"{url}/v1/chat/completions", request,
                                        timeout=REQUEST_TIMEOUT + HANG_MARGIN)
+            if result.client_side and result.chunks == 0:
+                tally.client_pool_closes += 1
+                result = await stream_chat(client, f"{url}/v1/chat/completions", request,
+                                           timeout=REQUEST_TIMEOUT + HANG_MARGIN)
             tally.add(result, started)
 
     async def report() -> None:

@@ -68,18 +68,51 @@ def raise_fd_limit(needed: int) -> tuple[int, int]:
     return resource.getrlimit(resource.RLIMIT_NOFILE)
 
 
-async def conductor_idle(client: httpx.AsyncClient, url: str, timeout: float = 60.0) -> bool:
-    """Wait until the conductor has nothing in flight and nothing queued."""
+async def daemon_metrics(client: httpx.AsyncClient, url: str) -> dict[str, float]:
+    """The daemon's own unlabelled samples and lag buckets (``le`` -> cumulative count)."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    text = (await client.get(f"{url}/metrics")).text
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == "syshax_event_loop_lag_seconds_bucket":
+                out[f"lag_le_{s.labels['le']}"] = s.value
+            elif s.name in ("syshax_inflight", "syshax_queue_depth"):
+                out[s.name] = out.get(s.name, 0.0) + s.value
+            elif not s.labels:
+                out[s.name] = s.value
+    return out
+
+
+def lag_quantile(before: dict[str, float], after: dict[str, float], q: float) -> float | None:
+    """The q-quantile of the loop lag between two scrapes, as the upper bound of its bucket (s)."""
+    bounds = sorted((float(k[7:]), k) for k in after if k.startswith("lag_le_"))
+    counts = [(bound, after[k] - before.get(k, 0.0)) for bound, k in bounds]
+    total = counts[-1][1] if counts else 0.0
+    if total <= 0:
+        return None
+    return next(bound for bound, count in counts if count >= q * total)
+
+
+async def conductor_idle(client: httpx.AsyncClient, url: str, timeout: float = 60.0) -> bool:
+    """Wait until the conductor has nothing in flight and nothing queued."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        text = (await client.get(f"{url}/metrics")).text
-        busy = sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-                   if s.name in ("syshax_inflight", "syshax_queue_depth"))
-        if busy == 0:
+        m = await daemon_metrics(client, url)
+        if m.get("syshax_inflight", 0) + m.get("syshax_queue_depth", 0) == 0:
             return True
         await asyncio.sleep(0.2)
+    return False
+
+
+async def trimmed(client: httpx.AsyncClient, url: str, since: float, timeout: float = 20.0) -> bool:
+    """Wait for the daemon's idle memory trim after the last traffic (it trims 5 s after)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (await daemon_metrics(client, url)).get("syshax_memory_trims_total", 0.0) > since:
+            return True
+        await asyncio.sleep(0.5)
     return False
 
 
@@ -89,10 +122,14 @@ async def settle(url: str) -> bool:
     async with httpx.AsyncClient(timeout=30) as client:
         idle = await conductor_idle(client, url)
         await asyncio.sleep(SETTLE_SECONDS)
+        trims = (await daemon_metrics(client, url)).get("syshax_memory_trims_total", 0.0)
         for i in range(3):
             await stream_chat(client, f"{url}/v1/chat/completions", body(i))
         await client.post(f"{url}/v1/chat/pd_disagg", json={**body(0), "stream": False})
-        return idle and await conductor_idle(client, url)
+        drained = idle and await conductor_idle(client, url)
+        # Sample idle memory as an operator would see it a few seconds after traffic stops.
+        await trimmed(client, url, trims)
+        return drained
 
 
 async def drive(workers: Workers, seconds: float, progress: Progress, sampler: Sampler, chaos: Chaos) -> float:
@@ -130,6 +167,8 @@ async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs:
     probe = await asyncio.create_subprocess_exec(sys.executable, __file__, "--probe", url, "--probe-seconds",
                                                  str(args.duration), "--probe-out", str(probe_out))
     log_start = _size(log_path)
+    async with httpx.AsyncClient(timeout=30) as client:
+        metrics0 = await daemon_metrics(client, url)
     client_cpu0, daemon_cpu0 = _children_cpu(), sampler.proc.cpu_times()
     chaos_task = asyncio.create_task(chaos.run())
     with Progress(TextColumn("{task.description}"), BarColumn(), TimeRemainingColumn(),
@@ -142,6 +181,8 @@ async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs:
     except httpx.HTTPError as exc:
         chaos.failures.append(f"clearing faults after the run: {type(exc).__name__}: {exc}")
     right_after = sampler.sample()
+    async with httpx.AsyncClient(timeout=30) as client:
+        metrics1 = await daemon_metrics(client, url)
     drained = await settle(url)
     end = sampler.sample()
     await asyncio.wait_for(probe.wait(), 60)
@@ -150,6 +191,10 @@ async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs:
     lag = json.loads(_read(probe_out)) if probe_out.exists() else []
     return {"tally": workers.tally, "wall": wall, "lag": lag, "outcomes": outcomes, "drained": drained,
             "right_after": right_after, "end": end, "schedule": schedule, "failures": chaos.failures,
+            "loop_lag": {"p50": lag_quantile(metrics0, metrics1, 0.5), "p99": lag_quantile(metrics0, metrics1, 0.99),
+                         "max": lag_quantile(metrics0, metrics1, 1.0),
+                         "samples": metrics1.get("syshax_event_loop_lag_seconds_count", 0.0)
+                         - metrics0.get("syshax_event_loop_lag_seconds_count", 0.0)},
             "daemon_cpu": sum(daemon_cpu1[:2]) - sum(daemon_cpu0[:2]), "client_cpu": client_cpu1 - client_cpu0}
 
 
@@ -192,6 +237,10 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
         "engine_profile": "null with 4 ms steps", "fd_limit": list(limits), "client_processes": procs,
         "requests": tally.total, "completed": tally.completed, "clean_errors": tally.clean_errors,
         "lost": tally.lost, "lost_examples": tally.lost_examples[:10],
+        "client_pool_closes": tally.client_pool_closes,
+        "client_pool_closes_note": "requests whose connection the client's own httpx pool closed under them "
+                                   "before any answer (encode/httpcore#1110, when a client process stalls past "
+                                   "the 5 s keep-alive expiry); retried once, as the openai client does",
         "errors_by_kind": dict(tally.kinds.most_common(12)),
         "error_examples": {kind: tally.error_examples.get(kind, "") for kind, _ in tally.kinds.most_common(12)},
         "transport_failures": dict(tally.transport.most_common(12)),
@@ -203,6 +252,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
              "right_after": r["right_after"].as_dict(), "end": r["end"].as_dict(),
              "daemon_outcomes": r["outcomes"], "daemon_cpu_s": round(r["daemon_cpu"], 1),
              "client_cpu_s": round(r["client_cpu"], 1), "health_p99_ms": _ms(percentile(r["lag"], 0.99)),
+             "loop_lag_ms": {k: (round(v, 1) if k == "samples" else _ms(v)) for k, v in r["loop_lag"].items()},
              "fault_switch_failures": r["failures"]}
             for i, r in enumerate(rounds)
         ],
@@ -212,12 +262,20 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
         "client_cpu_s": round(sum(r["client_cpu"] for r in rounds), 1),
         "health_latency_ms": {"samples": len(lag), "p50": _ms(percentile(lag, 0.5)),
                               "p99": _ms(percentile(lag, 0.99)), "max": _ms(max(lag) if lag else None)},
-        "loop_lag_note": "GET /health latency from a separate process while the load runs (a proxy: "
-                         "the daemon has no loop-lag probe); it includes the request's own cost",
+        "loop_lag_ms": {"p50": _worst(rounds, "p50"), "p99": _worst(rounds, "p99"), "max": _worst(rounds, "max")},
+        "loop_lag_note": "the daemon's own probe (a 100 ms timer, syshax_event_loop_lag_seconds) over the load: the "
+                         "upper bound of the histogram bucket holding the quantile, worst round; /health latency is "
+                         "measured from a separate process and includes the request's own cost",
         "drained": drained, "daemon_tracebacks": tracebacks,
         "phases": [{"at_s": round(at, 1), "phase": name} for at, name, _ in rounds[0]["schedule"]],
-        "verdicts": verdicts(tally.lost, drained, tracebacks, baseline.as_dict(), first_end, end, len(rounds)),
+        "verdicts": verdicts(tally.lost, drained, tracebacks, cold.as_dict(), baseline.as_dict(), first_end, end,
+                             len(rounds)),
     }
+
+
+def _worst(rounds: list[dict[str, Any]], key: str) -> float | None:
+    values = [r["loop_lag"][key] for r in rounds if r["loop_lag"][key] is not None]
+    return _ms(max(values)) if values else None
 
 
 def _size(path: Path) -> int:
@@ -243,8 +301,8 @@ def _children_cpu() -> float:
     return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
-def verdicts(lost: int, drained: bool, tracebacks: int, base: dict[str, Any], first: dict[str, Any],
-             end: dict[str, Any], rounds: int) -> list[dict[str, str]]:
+def verdicts(lost: int, drained: bool, tracebacks: int, cold: dict[str, Any], base: dict[str, Any],
+             first: dict[str, Any], end: dict[str, Any], rounds: int) -> list[dict[str, str]]:
     """The issue's targets, each with the measured value and met/missed."""
     out = [
         {"target": "0 requests lost or hung", "measured": str(lost), "verdict": "met" if lost == 0 else "missed"},
@@ -253,7 +311,8 @@ def verdicts(lost: int, drained: bool, tracebacks: int, base: dict[str, Any], fi
         {"target": "no traceback in the daemon's log", "measured": str(tracebacks),
          "verdict": "met" if tracebacks == 0 else "missed"},
     ]
-    comparisons = [("the warm baseline", base)] + ([("the first round's end", first)] if rounds > 1 else [])
+    comparisons = [("the daemon's start", cold), ("the warm baseline", base)]
+    comparisons += [("the first round's end", first)] if rounds > 1 else []
     for what, ref in comparisons:
         for key, unit, slack in (("rss_mb", " MB", 0.0), ("fds", "", FD_SLACK)):
             change = end[key] - ref[key]
@@ -280,7 +339,10 @@ def show(report: dict[str, Any]) -> None:
         ("clean errors", report["clean_errors"]), ("lost (hung, cut, reset)", report["lost"]),
         ("completed / s", report["requests_per_s"]),
         ("TTFT p50 / p99 (ms)", f"{report['ttft_p50_ms']} / {report['ttft_p99_ms']}"),
+        ("event-loop lag p50 / p99 / max (ms, bucket bound)",
+         f"{report['loop_lag_ms']['p50']} / {report['loop_lag_ms']['p99']} / {report['loop_lag_ms']['max']}"),
         ("/health latency p50 / p99 / max (ms)", f"{lag['p50']} / {lag['p99']} / {lag['max']}"),
+        ("client pool closes (httpcore#1110, retried)", report["client_pool_closes"]),
     ]
     for name in ("cold", "baseline", "peak", "after_first_round", "end"):
         rows.append((f"daemon {name.replace('_', ' ')}: RSS MB / fds / connections",
@@ -292,13 +354,13 @@ def show(report: dict[str, Any]) -> None:
         table.add_row(name, str(value))
     console.print(table)
     per = Table(title="Rounds")
-    for col in ("round", "requests", "ok", "clean", "lost", "daemon outcomes", "RSS MB/fds after", "health p99",
-                "switch fails"):
+    for col in ("round", "requests", "ok", "clean", "lost", "daemon outcomes", "RSS MB/fds after", "loop lag p99",
+                "health p99", "switch fails"):
         per.add_column(col, justify="left" if col == "daemon outcomes" else "right")
     for r in report["per_round"]:
         per.add_row(str(r["round"]), str(r["requests"]), str(r["completed"]), str(r["clean_errors"]), str(r["lost"]),
                     ", ".join(f"{k} {v}" for k, v in sorted(r["daemon_outcomes"].items())),
-                    f"{r['end']['rss_mb']} / {r['end']['fds']}", str(r["health_p99_ms"]),
+                    f"{r['end']['rss_mb']} / {r['end']['fds']}", str(r["loop_lag_ms"]["p99"]), str(r["health_p99_ms"]),
                     str(len(r["fault_switch_failures"])))
     console.print(per)
     if report["transport_failures"]:

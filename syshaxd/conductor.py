@@ -23,6 +23,7 @@ from syshaxd.schema import ConductorStatsModel, DecisionModel
 from syshaxd.snapshot import Device, EngineState, EngineView, Snapshot
 from syshaxd.stats import Stats
 from syshaxd.upstream import Upstream
+from syshaxd.vitals import Vitals
 
 log = logging.getLogger("syshaxd.conductor")
 access_log = logging.getLogger("syshaxd.access")
@@ -88,6 +89,8 @@ class Conductor:
         self.handoff = config.services.gpu.handoff
         self.queue: AdmissionQueue[Route | ApiError] = AdmissionQueue(config.system.max_queue_size)
         self.counters = Stats()
+        self.vitals = Vitals(self.counters.registry, busy=lambda: bool(self._flights) or len(self.queue) > 0,
+                             served=lambda: self.counters.requests_total)
         self.accepting = True
         self._policies: dict[str, Policy] = {}
         self._kicker: asyncio.Task[None] | None = None
@@ -104,6 +107,7 @@ class Conductor:
     async def start(self) -> None:
         """Start the background task that lets queued requests in as capacity appears."""
         self._kicker = asyncio.create_task(self._kick_loop(), name="syshax-admission")
+        self.vitals.start()
 
     async def stop(self, grace: float) -> None:
         """Stop admitting, let in-flight requests finish for up to ``grace`` s, then cut them."""
@@ -115,6 +119,7 @@ class Conductor:
             log.warning("%d requests still running after %.0f s of grace: cutting them", len(self._flights), grace)
         if self._kicker:
             self._kicker.cancel()
+        await self.vitals.stop()
         for up in self.upstreams.values():
             await up.aclose()  # ends any stream still open; its handler releases what it holds
 
@@ -342,6 +347,7 @@ class Conductor:
     def stats_model(self) -> ConductorStatsModel:
         """The conductor's counters for the control API."""
         p50, p99 = self.counters.ttft_quantiles()
+        lag_p99, lag_max = self.vitals.lag.quantiles()
         for name, up in self.upstreams.items():
             self.counters.m_inflight.labels(name).set(up.inflight)
         self.counters.m_queue.set(len(self.queue))
@@ -360,6 +366,8 @@ class Conductor:
             decision_accuracy=self.counters.accuracy(),
             policy=self.runtime.policy_name,
             auto_pd_offload=self.runtime.limits().auto_pd_offload,
+            loop_lag_p99=lag_p99,
+            loop_lag_max=lag_max,
         )
 
     def stats(self) -> ConductorStatsModel:

@@ -28,6 +28,30 @@ class Result:
     chunks: int = 0
     error: str | None = None  # a clean error the client was told about
     lost: bool = False  # neither a complete answer nor a clean error (hang, truncation)
+    #: The client's own connection pool closed the connection under the request (see
+    #: :func:`closed_by_client`): the server neither cut nor reset it.
+    client_side: bool = False
+
+
+def closed_by_client(exc: BaseException) -> bool:
+    """Whether a transport error was raised because this process closed the socket itself.
+
+    anyio raises ``ClosedResourceError`` only for a stream closed locally; a server's reset or
+    close arrives as ``ConnectionResetError`` or an end of stream instead. httpcore's pool can
+    close a keep-alive connection it has just handed to a queued request when its own event
+    loop stalls past the keep-alive expiry (encode/httpcore#1110): such a failure is the
+    client's, and the request never reached a server that dropped it.
+    """
+    import anyio  # httpx's own dependency; imported here so this module stays asyncio-only
+
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, anyio.ClosedResourceError):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
@@ -75,6 +99,7 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any],
         return _done(result, t0)
     except httpx.HTTPError as exc:
         result.lost = True
+        result.client_side = closed_by_client(exc)
         result.error = f"{type(exc).__name__}: {exc}"
         return _done(result, t0)
     result.ok = saw_done and result.error is None

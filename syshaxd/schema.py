@@ -79,6 +79,10 @@ class ConductorStatsModel(_Wire):
     decision_accuracy: float | None = None  # share of estimates within tolerance
     policy: str = ""
     auto_pd_offload: bool = False
+    #: How late the daemon's event loop fires a timer, seconds, over the last minute: every
+    #: request waits as long (None until measured).
+    loop_lag_p99: float | None = None
+    loop_lag_max: float | None = None
 
 
 class NumaNodeModel(_Wire):
