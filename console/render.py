@@ -52,6 +52,11 @@ def fmt_rate(value: float | None) -> str:
     return f"{value / 1e6:.1f}M"
 
 
+#: syshaxd's own event-loop lag (p99 over a minute) worth showing, and worth alarm.
+LOOP_LAG_WARN = 0.1
+LOOP_LAG_BAD = 1.0
+
+
 def fmt_seconds(value: float | None) -> str:
     """0.214 -> "0.21s", 12.3 -> "12s"."""
     if value is None:
@@ -353,6 +358,11 @@ def conductor_panel(conductor: ConductorStatsModel, width: int) -> Text:
     out.append("\naccuracy ")
     acc = conductor.decision_accuracy
     out.append("–" if acc is None else f"{acc * 100:.0f}%", style="bold")
+    lag = conductor.loop_lag_p99
+    if lag is not None and lag >= LOOP_LAG_WARN:
+        # syshaxd itself is behind: every stream waits this long; say so before the total.
+        out.append("  loop lag ")
+        out.append(fmt_seconds(lag), style="bold red" if lag >= LOOP_LAG_BAD else "bold yellow")
     out.append(f"  total {conductor.requests_total}")
     out.append("\npolicy ")
     out.append(conductor.policy or "–", style="bold")

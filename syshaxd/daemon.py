@@ -122,6 +122,8 @@ class Daemon:
         host = await asyncio.to_thread(HostSampler, bound_cpus=self.bound_cpus)
         self.monitor = Monitor(self.specs, self.config.monitor, host=host)
         self.conductor = Conductor(config=self.config, runtime=self.runtime, monitor=self.monitor, bus=self.bus)
+        upstreams = self.conductor.upstreams
+        self.monitor.answered_at = lambda name: upstreams[name].answered_at if name in upstreams else None
         self.runtime.on_change(self._on_config_change)
         ctx = ControlContext(
             runtime=self.runtime,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -241,6 +242,7 @@ class Dispatcher:
         try:
             yield first
             async for chunk in chunks:
+                up.answered_at = time.monotonic()
                 events += chunk.count(b"data:")
                 tail = (tail + chunk)[-64:]
                 yield chunk

@@ -48,6 +48,7 @@ class Flight:
 
     def first_byte(self, up: Upstream) -> None:
         """The engine started answering: it is no longer merely scheduled."""
+        up.answered_at = time.monotonic()
         if up in self.unstarted:
             self.unstarted.discard(up)
             up.scheduled -= 1

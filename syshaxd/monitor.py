@@ -9,7 +9,9 @@ all concurrently on one pooled ``httpx.AsyncClient``, each bounded by
 ``monitor.scrape_timeout``. An engine without a fresh, readable answer in a round has
 missed a scrape: after ``stale_after`` misses in a row it is STALE (its numbers are kept
 but old), after ``down_after`` it is DOWN. A refused connection means nothing listens, so
-the engine is DOWN at once. One good scrape makes it UP again.
+the engine is DOWN at once. One good scrape makes it UP again. An engine that keeps missing
+scrapes by timeout while it still streams answers to the conductor (``answered_at``) stays
+STALE instead of DOWN: under overload /metrics answers late, but the engine is serving.
 
 The monitor knows nothing of the conductor: engine enabled/draining flags and in-flight
 counts are merged into the snapshot's EngineViews by the conductor
@@ -73,10 +75,15 @@ class _Engine:
         self.last_error = outcome.error
         self._set(EngineState.UP)
 
-    def miss(self, error: str, settings: MonitorSettings, refused: bool = False) -> None:
+    def miss(self, error: str, settings: MonitorSettings, refused: bool = False, answering: bool = False) -> None:
         self.misses = max(self.misses + 1, settings.down_after if refused else 0)
         self.last_error = error
-        if self.misses >= settings.down_after:
+        if self.misses >= settings.down_after and answering and not refused:
+            # Slow scrapes from an engine that streams answers right now: an overloaded engine
+            # (or a busy syshaxd), not a dead one. DOWN would refuse requests it is serving.
+            self.last_error = f"{error}; still answering requests, so kept stale, not down"
+            self._set(EngineState.STALE)
+        elif self.misses >= settings.down_after:
             self._set(EngineState.DOWN)
         elif self.misses >= settings.stale_after:
             self._set(EngineState.STALE)
@@ -130,6 +137,10 @@ class Monitor:
         self._listeners: list[Listener] = []
         self._updated = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
+        #: When each engine last sent answer bytes to the conductor (time.monotonic(), by
+        #: engine name); set by the daemon. An engine answering within the window a DOWN
+        #: verdict covers is not marked down for slow scrapes.
+        self.answered_at: Callable[[str], float | None] | None = None
         self._snapshot = self._build(time.time())
 
     # -- reading ----------------------------------------------------------------------
@@ -220,17 +231,27 @@ class Monitor:
         for engine in self._engines:
             task = engine.task
             if task is None or not task.done():
-                engine.miss(f"no answer to /metrics yet after {self.settings.interval:g}s", self.settings)
+                engine.miss(f"no answer to /metrics yet after {self.settings.interval:g}s", self.settings,
+                            answering=self._answering(engine))
                 continue
             engine.task = None
             outcome = task.result()
             if outcome.metrics is not None:
                 engine.succeed(outcome)
             else:
-                engine.miss(outcome.error or "scrape failed", self.settings, outcome.refused)
+                engine.miss(outcome.error or "scrape failed", self.settings, outcome.refused,
+                            answering=self._answering(engine))
         if host_task is not None:
             self._host_view = await host_task
         return self._publish()
+
+    def _answering(self, engine: _Engine) -> bool:
+        """Whether the engine sent answer bytes within the span a DOWN verdict covers."""
+        if self.answered_at is None:
+            return False
+        at = self.answered_at(engine.spec.name)
+        span = self.settings.down_after * self.settings.interval + self.settings.scrape_timeout
+        return at is not None and time.monotonic() - at <= span
 
     async def _sample(self) -> HostView:
         assert self._host is not None

@@ -42,6 +42,7 @@ class Upstream:
     scheduled: int = 0  # routed here, no first byte yet
     decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
+    answered_at: float | None = None  # time.monotonic() when the engine last sent answer bytes
 
     @classmethod
     def create(cls, spec: EngineSpec) -> Upstream:

@@ -100,3 +100,15 @@ def test_conductor_panel_lists_decisions_by_device_and_mode() -> None:
     assert all(len(row) <= 28 for row in text.split("\n"))
     for word in ("queue", "/100", "req/s", "p50", "p99", "gpu/whole", "cpu/split", "accuracy 91%", "adaptive", "auto-PD off"):
         assert word in text
+
+
+@pytest.mark.parametrize(("lag", "shown", "style"), [(None, False, ""), (0.004, False, ""),
+                                                     (0.35, True, "bold yellow"), (2.5, True, "bold red")])
+def test_conductor_panel_warns_when_syshaxd_itself_lags(lag: float | None, shown: bool, style: str) -> None:
+    stats = generated_state(t=10).conductor.model_copy(update={"loop_lag_p99": lag, "loop_lag_max": lag})
+    text = conductor_panel(stats, 40)
+    assert ("loop lag" in text.plain) is shown
+    if shown:
+        assert f"loop lag {lag:.2f}s" in text.plain
+        start = text.plain.index(f"{lag:.2f}s")
+        assert any(span.start <= start < span.end and str(span.style) == style for span in text.spans)

@@ -6,6 +6,7 @@ The same transitions against real simulator processes are in test_monitor_sim.py
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 
 import httpx
@@ -119,6 +120,30 @@ async def test_missed_scrapes_go_stale_then_down_then_recover(make: Make, fake: 
     assert view.metrics.running == 2  # the last good numbers are kept, marked by the state
     fake.mode["gpu0"] = "ok"
     assert state(await m.poll_once(), "gpu0") is EngineState.UP
+
+
+async def test_an_engine_still_answering_requests_stays_stale_not_down(make: Make, fake: Fake) -> None:
+    m = make(spec("gpu0"))
+    answered: dict[str, float | None] = {"gpu0": time.monotonic()}
+    m.answered_at = answered.get
+    await m.poll_once()
+    fake.mode["gpu0"] = "garbage"  # /metrics is useless, but answers keep streaming
+    seen = []
+    for _ in range(6):
+        answered["gpu0"] = time.monotonic()
+        seen.append(state(await m.poll_once(), "gpu0"))
+    assert seen == [EngineState.UP, EngineState.STALE, *[EngineState.STALE] * 4]
+    view = m.snapshot().engine("gpu0")
+    assert view is not None and "still answering requests" in (view.last_error or "")
+    # Answers stop (the last one longer ago than the span a DOWN verdict covers): down.
+    answered["gpu0"] = time.monotonic() - 60
+    assert state(await m.poll_once(), "gpu0") is EngineState.DOWN
+    # A refused connection is down at once, whatever was answered a moment ago.
+    fake.mode["gpu0"] = "ok"
+    await m.poll_once()
+    answered["gpu0"] = time.monotonic()
+    fake.mode["gpu0"] = "refuse"
+    assert state(await m.poll_once(), "gpu0") is EngineState.DOWN
 
 
 async def test_http_error_status_is_a_miss(make: Make, fake: Fake) -> None:
