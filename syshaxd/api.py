@@ -10,18 +10,16 @@ from typing import Any
 
 import httpx
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import ClientDisconnect
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from syshaxd import __version__
+from syshaxd.apiroutes import CompletionRoutes, openapi_paths
 from syshaxd.conductor import Conductor
 from syshaxd.config import Config
-from syshaxd.dispatch import Answer
 from syshaxd.errors import ApiError, error_body
-from syshaxd.policy.base import Mode
-from syshaxd.requests import Kind, parse_request
 from syshaxd.snapshot import EngineState
 
 log = logging.getLogger("syshaxd.api")
@@ -61,27 +59,6 @@ _COMPLETION_SCHEMA: dict[str, Any] = {
         "temperature": {"type": "number"},
     },
 }
-
-
-def _body_doc(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-class RelayResponse(StreamingResponse):
-    """A streaming response that always runs the answer's cleanup, however the stream ends."""
-
-    def __init__(self, answer: Answer) -> None:
-        assert answer.stream is not None
-        super().__init__(answer.stream, status_code=answer.status, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", **answer.headers})
-        self._cleanup = answer.cleanup
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            if self._cleanup is not None:
-                self._cleanup()
 
 
 class GuardMiddleware:
@@ -128,51 +105,6 @@ class GuardMiddleware:
         await self.app(scope, receive, send)
 
 
-def _error_response(exc: ApiError) -> JSONResponse:
-    return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
-
-
-async def _read_body(request: Request, limit: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None:
-        try:
-            if int(declared) > limit:
-                raise ApiError(413, f"request body of {int(declared)} bytes is over the limit of {limit} bytes "
-                               "(services.conductor.max_body_bytes)", type="invalid_request_error")
-        except ValueError:
-            raise ApiError(400, "Content-Length header is not a number") from None
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise ApiError(413, f"request body is over the limit of {limit} bytes "
-                               "(services.conductor.max_body_bytes)")
-            chunks.append(chunk)
-    except ClientDisconnect:
-        # Nobody will read this answer; it only keeps the disconnect out of the error log.
-        raise ApiError(400, f"the client disconnected after {size} bytes of the body") from None
-    return b"".join(chunks)
-
-
-def _check_content_type(request: Request) -> None:
-    # As vLLM does (415), but a missing Content-Type is let through: `curl -d` clients exist.
-    declared = request.headers.get("content-type")
-    if declared is None:
-        return
-    media = declared.split(";", 1)[0].strip().lower()
-    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-        raise ApiError(415, f"unsupported Content-Type {declared[:80]!r}: send the body as application/json",
-                       code="unsupported_media_type")
-
-
-async def _wait_disconnect(request: Request) -> None:
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
 def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
     """The conductor's FastAPI app."""
     app = FastAPI(
@@ -186,7 +118,7 @@ def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
-        return _error_response(exc)
+        return JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -201,46 +133,19 @@ def create_api_app(conductor: Conductor, config: Config) -> FastAPI:
         return JSONResponse(error_body("internal error in syshaxd (logged)", type="internal_error", code="500"),
                             status_code=500)
 
+    # The completion routes are plain ASGI inside the guard (the hot path; see apiroutes).
+    app.add_middleware(CompletionRoutes, conductor=conductor, config=config)
     app.add_middleware(GuardMiddleware, api_key=api_key)
 
-    async def serve(request: Request, kind: Kind, forced: Mode | None = None) -> Response:
-        _check_content_type(request)
-        raw = await _read_body(request, service.max_body_bytes)
-        parsed = parse_request(raw, kind, config)
-        work = asyncio.ensure_future(conductor.dispatcher.serve(parsed, forced))
-        gone = asyncio.ensure_future(_wait_disconnect(request))
-        try:
-            await asyncio.wait({work, gone}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            gone.cancel()
-        if not work.done():
-            # The client left while its request waited or started: stop it upstream now.
-            work.cancel()
-            try:
-                await work
-            except (asyncio.CancelledError, ApiError):
-                pass
-            return Response(status_code=499)
-        answer = work.result()
-        if answer.stream is not None:
-            return RelayResponse(answer)
-        return Response(answer.body, status_code=answer.status, media_type="application/json",
-                        headers=answer.headers)
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description,
+                                 routes=app.routes)
+            schema["paths"] = {**openapi_paths(_CHAT_SCHEMA, _COMPLETION_SCHEMA), **schema.get("paths", {})}
+            app.openapi_schema = schema
+        return app.openapi_schema
 
-    @app.post("/v1/chat/completions", openapi_extra=_body_doc(_CHAT_SCHEMA))
-    async def chat(request: Request) -> Response:
-        """OpenAI chat completions, routed to the GPU, the CPU, or split between them."""
-        return await serve(request, "chat")
-
-    @app.post("/v1/completions", openapi_extra=_body_doc(_COMPLETION_SCHEMA))
-    async def completions(request: Request) -> Response:
-        """OpenAI (legacy) completions."""
-        return await serve(request, "completion")
-
-    @app.post("/v1/chat/pd_disagg", openapi_extra=_body_doc(_CHAT_SCHEMA))
-    async def pd_disagg(request: Request) -> Response:
-        """Chat completion always split: prefill on the GPU, decode on the CPU (as sysHAX offers)."""
-        return await serve(request, "chat", Mode.PD_SPLIT)
+    app.openapi = openapi  # type: ignore[method-assign]
 
     @app.get("/v1/models")
     async def models() -> Response:

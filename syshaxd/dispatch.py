@@ -45,11 +45,6 @@ class Answer:
     #: before the stream was ever iterated, when the generator's own cleanup never runs).
     cleanup: Callable[[], None] | None = None
 
-    @property
-    def media_type(self) -> str:
-        """The response's content type."""
-        return "text/event-stream" if self.stream is not None else "application/json"
-
 
 def _merging(protocol: str) -> Callable[[SplitContext], AsyncIterator[Piece]] | None:
     if protocol == "recompute":
