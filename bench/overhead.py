@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 import yaml
 from rich.console import Console
 from rich.progress import Progress
@@ -57,8 +58,8 @@ def ensure_router() -> str | None:
 
 
 @contextmanager
-def processes(tmp: Path, router: str | None) -> Iterator[dict[str, str]]:
-    """Start the engine, syshaxd and vllm-router; yield their base URLs; stop them all."""
+def processes(tmp: Path, router: str | None) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
+    """Start the engine, syshaxd and vllm-router; yield their base URLs and the proxies' pids; stop them all."""
     procs: list[subprocess.Popen[bytes]] = []
     logs = []
     try:
@@ -87,12 +88,14 @@ def processes(tmp: Path, router: str | None) -> Iterator[dict[str, str]]:
         daemon = start("syshaxd", [sys.executable, "-m", "syshaxd.main", "--config", str(tmp / "config.yaml")], env)
         wait_http(f"http://127.0.0.1:{api}/health", proc=daemon)
         urls = {"direct": f"http://127.0.0.1:{gpu}", "syshax": f"http://127.0.0.1:{api}"}
+        pids = {"syshax": daemon.pid}
         if router:
             rproc = start("vllm-router", [router, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls",
                                           f"http://127.0.0.1:{gpu}", "--policy", "round_robin", "--log-level", "error"])
             wait_http(f"http://127.0.0.1:{rport}/health", proc=rproc, timeout=60)
             urls["vllm-router"] = f"http://127.0.0.1:{rport}"
-        yield urls
+            pids["vllm-router"] = rproc.pid
+        yield urls, pids
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
@@ -120,6 +123,7 @@ def summarize(results: list[Result], wall: float) -> dict[str, Any]:
         "itl_p99_ms": _ms(percentile(itls, 0.99)),
         "requests_per_s": len(ok) / wall if wall > 0 else 0.0,
         "chunks_per_s": sum(r.chunks for r in ok) / wall if wall > 0 else 0.0,
+        "chunks": sum(r.chunks for r in ok),
     }
 
 
@@ -174,14 +178,20 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     per_level = (lambda c: 8) if args.quick else (lambda c: max(200, c * 8))
     router = None if args.no_router else ensure_router()
     rows: dict[str, dict[int, dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp, processes(Path(tmp), router) as urls:
+    with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp, processes(Path(tmp), router) as (urls, pids):
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("overhead", total=len(levels) * len(urls) + len(urls))
             for c in levels:
                 for name, url in urls.items():  # paths interleaved per level: the machine's noise hits all alike
                     progress.update(task, description=f"{name} at concurrency {c}")
                     await measure(url, c, min(c, 8))  # warm the connections
-                    rows.setdefault(name, {})[c] = await measure(url, c, per_level(c))
+                    proxy = psutil.Process(pids[name]) if name in pids else None
+                    cpu0 = sum(proxy.cpu_times()[:2]) if proxy else 0.0
+                    row = rows.setdefault(name, {})[c] = await measure(url, c, per_level(c))
+                    if proxy is not None and row["chunks"]:
+                        # CPU per relayed chunk: steadier than latency on a shared machine.
+                        used = sum(proxy.cpu_times()[:2]) - cpu0
+                        row["proxy_cpu_ms_per_1k_chunks"] = round(used * 1e6 / row["chunks"], 1)
                     progress.advance(task)
             seq = {}
             for name, url in urls.items():
@@ -195,7 +205,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 def show(report: dict[str, Any]) -> None:
     table = Table(title="Proxy overhead (streamed chat, null-profile engine)")
     for col in ("path", "conc", "ok", "TTFT p50", "TTFT p99", "added p50", "added p99", "ITL p50", "ITL p99",
-                "req/s", "chunks/s"):
+                "req/s", "chunks/s", "CPU ms/1k chunks"):
         table.add_column(col, justify="right" if col not in ("path",) else "left")
     paths = report["paths"]
     for c in report["levels"]:
@@ -206,7 +216,7 @@ def show(report: dict[str, Any]) -> None:
                           _fmt(row["ttft_p99_ms"]), _added(name, row, direct, "ttft_p50_ms"),
                           _added(name, row, direct, "ttft_p99_ms"),
                           _fmt(row["itl_p50_ms"]), _fmt(row["itl_p99_ms"]), f"{row['requests_per_s']:.0f}",
-                          f"{row['chunks_per_s']:.0f}")
+                          f"{row['chunks_per_s']:.0f}", _fmt(row.get("proxy_cpu_ms_per_1k_chunks")))
     console.print(table)
     seq = Table(title="Streamed requests in a row on one keep-alive connection")
     seq.add_column("path")

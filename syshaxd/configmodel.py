@@ -259,7 +259,8 @@ class Monitor(_Strict):
         default=2, ge=1, le=1000, description="Missed scrapes before an engine is stale"
     )
     down_after: int = Field(
-        default=5, ge=1, le=1000, description="Missed scrapes before an engine is down"
+        default=5, ge=1, le=1000,
+        description="Missed scrapes before an engine is down (one still streaming answers stays stale)"
     )
     startup_check: bool = Field(
         default=True, description="Probe every engine at start and run a short test generation"
