@@ -289,14 +289,15 @@ class Monitor:
         warning = None
         if metrics == EngineMetrics():
             warning = f"no {dialect.name} numbers in {dialect.metrics_path} (is the dialect right?)"
-        if dialect.slots_path and dialect.parse_slots and metrics.kv_cache_usage is None:
+        if dialect.slots_path and dialect.read_slots and metrics.kv_cache_usage is None:
             try:
-                usage = dialect.parse_slots(await self._get(base, dialect.slots_path))
+                slots = dialect.read_slots(await self._get(base, dialect.slots_path))
             except (httpx.HTTPError, MetricsParseError, _BadStatus) as exc:
                 # llama-server without --slots: no KV figure, but the engine is fine.
                 warning = warning or f"no KV-cache usage: {dialect.slots_path}: {exc}"
             else:
-                metrics = replace(metrics, kv_cache_usage=usage)
+                metrics = replace(metrics, kv_cache_usage=slots.kv_cache_usage,
+                                  generation_tokens_running=slots.decoding_tokens)
         return metrics, warning
 
     async def _get(self, base: str, path: str) -> str:

@@ -62,6 +62,9 @@ class EngineMetrics:
     preemptions_total: float | None = None
     prompt_tokens_total: float | None = None
     generation_tokens_total: float | None = None
+    #: Output tokens running requests have produced so far but the counter does not hold yet
+    #: (llama.cpp counts a request's tokens only when it ends; its /slots shows them live).
+    generation_tokens_running: int | None = None
     prefill_tps: float | None = None  # tokens/s: a gauge from the engine, or a counter rate
     decode_tps: float | None = None
     histograms: tuple[tuple[str, HistogramData], ...] = ()

@@ -10,13 +10,23 @@ from syshaxd.snapshot import EngineMetrics
 
 
 @dataclass(frozen=True)
+class SlotsReading:
+    """What ``GET /slots`` says: KV-cache usage (0..1, None for no slots) and tokens decoded
+    so far by the busy slots."""
+
+    kv_cache_usage: float | None
+    decoding_tokens: int
+
+
+@dataclass(frozen=True)
 class Dialect:
     """How to watch one kind of engine: where its numbers are and how to read them.
 
     ``parse`` is pure (text in, record out) and raises
     :class:`~syshaxd.engines.promtext.MetricsParseError` on text that is not Prometheus
-    text. ``parse_slots`` (llama.cpp) reads ``GET /slots`` JSON into a KV-cache usage
-    fraction; the monitor merges it into the record when ``/metrics`` has none.
+    text. ``read_slots`` (llama.cpp) reads ``GET /slots`` JSON into a KV-cache usage
+    fraction and the tokens running requests have decoded so far; the monitor merges them
+    into the record when ``/metrics`` has no KV-cache figure.
     """
 
     name: str
@@ -24,7 +34,7 @@ class Dialect:
     parse: Callable[[str], EngineMetrics]
     health_path: str = "/v1/models"
     slots_path: str | None = None
-    parse_slots: Callable[[str], float | None] | None = None
+    read_slots: Callable[[str], SlotsReading] | None = None
     description: str = ""
 
 

@@ -12,7 +12,7 @@ import json
 import math
 from typing import Any
 
-from syshaxd.engines.base import Dialect, count, fraction, nonneg
+from syshaxd.engines.base import Dialect, SlotsReading, count, fraction, nonneg
 from syshaxd.engines.promtext import MetricSet, MetricsParseError
 from syshaxd.snapshot import EngineMetrics, HistogramData
 
@@ -38,19 +38,23 @@ def parse(text: str) -> EngineMetrics:
     )
 
 
-def _slot_tokens(slot: dict[str, Any]) -> int:
-    """Tokens a busy slot holds in the KV cache: its prompt plus what it decoded so far."""
-    if isinstance(slot.get("n_past"), int):  # older builds report the position directly
-        return max(0, int(slot["n_past"]))
-    prompt = slot.get("n_prompt_tokens", 0)
+def _decoded(slot: dict[str, Any]) -> int:
+    """Tokens a slot has decoded for its current request so far."""
     decoded = 0
     next_token = slot.get("next_token")
     if isinstance(next_token, list) and next_token and isinstance(next_token[0], dict):
         decoded = next_token[0].get("n_decoded", 0)
     elif isinstance(next_token, dict):
         decoded = next_token.get("n_decoded", 0)
-    total = (prompt if isinstance(prompt, int) else 0) + (decoded if isinstance(decoded, int) else 0)
-    return max(0, total)
+    return max(0, decoded) if isinstance(decoded, int) else 0
+
+
+def _slot_tokens(slot: dict[str, Any]) -> int:
+    """Tokens a busy slot holds in the KV cache: its prompt plus what it decoded so far."""
+    if isinstance(slot.get("n_past"), int):  # older builds report the position directly
+        return max(0, int(slot["n_past"]))
+    prompt = slot.get("n_prompt_tokens", 0)
+    return max(0, (prompt if isinstance(prompt, int) else 0) + _decoded(slot))
 
 
 def _busy(slot: dict[str, Any]) -> bool:
@@ -60,10 +64,17 @@ def _busy(slot: dict[str, Any]) -> bool:
 
 
 def parse_slots(text: str) -> float | None:
-    """KV-cache usage (0..1) from ``GET /slots``: tokens held by busy slots over total context.
+    """KV-cache usage (0..1) from ``GET /slots`` (see :func:`read_slots`)."""
+    return read_slots(text).kv_cache_usage
 
-    Idle slots keep their last prompt for reuse, but that cache is given up on demand, so
-    only busy slots count. Returns None for an empty slot list.
+
+def read_slots(text: str) -> SlotsReading:
+    """KV-cache usage and live decoded tokens from ``GET /slots``.
+
+    Usage is the tokens held by busy slots over the total context: idle slots keep their
+    last prompt for reuse, but that cache is given up on demand, so only busy slots count
+    (None for an empty slot list). Decoded tokens are those the busy slots have produced
+    for their current requests, which ``tokens_predicted_total`` counts only at the end.
 
     Raises:
         MetricsParseError: the body is not the JSON list of slot objects llama-server sends.
@@ -76,6 +87,7 @@ def parse_slots(text: str) -> float | None:
         raise MetricsParseError("/slots is not a list of slot objects")
     capacity = 0
     used = 0
+    decoding = 0
     for slot in data:
         n_ctx = slot.get("n_ctx")
         if not isinstance(n_ctx, int) or n_ctx <= 0:
@@ -83,7 +95,8 @@ def parse_slots(text: str) -> float | None:
         capacity += n_ctx
         if _busy(slot):
             used += min(_slot_tokens(slot), n_ctx)
-    return used / capacity if capacity else None
+            decoding += _decoded(slot)
+    return SlotsReading(used / capacity if capacity else None, decoding)
 
 
 LLAMACPP = Dialect(
@@ -92,6 +105,6 @@ LLAMACPP = Dialect(
     parse=parse,
     health_path="/health",
     slots_path="/slots",
-    parse_slots=parse_slots,
+    read_slots=read_slots,
     description="llama.cpp llama-server --metrics (--slots for KV-cache usage)",
 )

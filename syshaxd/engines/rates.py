@@ -63,12 +63,14 @@ class RateTracker:
         self._tpot: float | None = None
         self._tpot_batch: float | None = None
         self._ttft: float | None = None
+        self._live: tuple[float, float] | None = None  # (generation counter, with running tokens)
 
     def reset(self) -> None:
         """Forget all history (the next record starts afresh)."""
         self._counters.clear()
         self._history.clear()
         self._tpot = self._tpot_batch = self._ttft = None
+        self._live = None
 
     def update(self, metrics: EngineMetrics, now: float) -> EngineMetrics:
         """Record a scrape taken at ``now`` (seconds, monotonic) and return it with rates filled.
@@ -80,7 +82,10 @@ class RateTracker:
         """
         if self._history and now <= self._history[-1][0]:
             return self._fill(metrics, {})  # clock did not advance: no new information
-        adjusted = {key: self._counters.setdefault(key, _Counter()).feed(value) for key, value in _counters(metrics).items()}
+        values = _counters(metrics)
+        if "generation" in values:
+            values["generation"] = self._with_running(values["generation"], metrics.generation_tokens_running)
+        adjusted = {key: self._counters.setdefault(key, _Counter()).feed(value) for key, value in values.items()}
         self._history.append((now, adjusted))
         keep = max(self.window, self.latency_window)
         while len(self._history) > 2 and now - self._history[1][0] >= keep:
@@ -92,6 +97,20 @@ class RateTracker:
             if base is not None:
                 deltas[key] = (value - base[1], now - base[0])
         return self._fill(metrics, deltas)
+
+    def _with_running(self, counter: float, running: int | None) -> float:
+        """The generation counter plus tokens running requests decoded so far, never going back.
+
+        The counter and the running tokens come from two reads (llama.cpp's /metrics, then
+        /slots): a request ending between them is counted in both or in neither for one
+        scrape. Holding the sum at its highest keeps that from looking like a restart; a
+        drop of the counter itself still is one.
+        """
+        live = counter + (running or 0)
+        if self._live is not None and counter >= self._live[0]:
+            live = max(live, self._live[1])
+        self._live = (counter, live)
+        return live
 
     def _baseline(self, now: float, key: str, window: float) -> tuple[float, float] | None:
         """The newest earlier point at least ``window`` old, else the oldest one holding ``key``."""

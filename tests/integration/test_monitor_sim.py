@@ -140,9 +140,9 @@ async def test_load_shows_running_requests_and_token_rates(sim_engine: Any, make
     final = view(await monitor.poll_once())
     assert all(v.state is EngineState.UP for v in seen)
     assert max(v.metrics.running or 0 for v in seen) >= 1
-    # llama-server adds a request's generated tokens to its counter when the request ends
-    rated = [*seen, final] if dialect == "llamacpp" else seen
-    assert any((v.metrics.decode_tps or 0) > 0 for v in rated)
+    # Tokens are rated while the requests run -- for llama.cpp too, whose counter moves only
+    # when a request ends: the monitor adds what /slots shows decoded so far.
+    assert any((v.metrics.decode_tps or 0) > 0 for v in seen)
     assert final.metrics.generation_tokens_total is not None and final.metrics.generation_tokens_total >= 4 * 120
     assert any(v.metrics.tpot_recent for v in [*seen, final])
     if dialect == "llamacpp":

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from syshaxd.engines import DIALECTS, MetricSet, MetricsParseError, get_dialect
-from syshaxd.engines.llamacpp import parse_slots
+from syshaxd.engines.llamacpp import parse_slots, read_slots
 from syshaxd.snapshot import EngineMetrics
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "metrics"
@@ -174,10 +174,17 @@ def test_llamacpp_slots_capture() -> None:
     assert usage == pytest.approx(held / 4096)
 
 
+def test_llamacpp_slots_capture_counts_tokens_decoded_so_far() -> None:
+    reading = read_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
+    assert reading.decoding_tokens == 339 + 338 + 351 + 339  # the busy slots' n_decoded
+    assert reading.kv_cache_usage == parse_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
+
+
 def test_llamacpp_slots_idle_slots_hold_nothing() -> None:
     body = '[{"id":0,"n_ctx":512,"is_processing":false,"n_prompt_tokens":100},' \
            ' {"id":1,"n_ctx":512,"is_processing":true,"n_prompt_tokens":100,"next_token":[{"n_decoded":28}]}]'
     assert parse_slots(body) == pytest.approx(128 / 1024)
+    assert read_slots(body).decoding_tokens == 28  # the idle slot's last request is counted already
 
 
 @pytest.mark.parametrize(

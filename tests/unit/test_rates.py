@@ -122,3 +122,29 @@ def test_latency_means_use_the_longer_latency_window() -> None:
     assert out.tpot_recent == pytest.approx(40.0 / 200)  # latency: all 8 s
     # 40 s of gaps between tokens in 8 s of time: five requests decoding at once on average.
     assert out.tpot_batch == pytest.approx(5.0)
+
+
+def test_tokens_running_requests_decoded_so_far_count_before_the_counter_moves() -> None:
+    # llama.cpp: tokens_predicted_total moves only when a request ends; /slots shows progress.
+    t = RateTracker(window=2.0)
+    t.update(rec(0, 1000, generation_tokens_running=0), now=0.0)
+    out = t.update(rec(0, 1000, generation_tokens_running=40), now=2.0)
+    assert out.decode_tps == pytest.approx(20.0)  # a long generation is visible while it runs
+    # It ends: the counter takes its tokens and the slot is idle; the rate stays smooth.
+    out = t.update(rec(0, 1060, generation_tokens_running=0), now=4.0)
+    assert out.decode_tps == pytest.approx(10.0)
+
+
+def test_a_request_ending_between_the_two_reads_is_not_a_restart() -> None:
+    t = RateTracker(window=2.0)
+    t.update(rec(0, 1000, generation_tokens_running=50), now=0.0)
+    # Counted twice for one scrape (in the counter and still in /slots)...
+    t.update(rec(0, 1050, generation_tokens_running=60), now=2.0)
+    # ...then once: the sum falls back by 50, which is held, not taken for a reset.
+    out = t.update(rec(0, 1050, generation_tokens_running=20), now=4.0)
+    assert out.decode_tps == pytest.approx(0.0)
+    out = t.update(rec(0, 1050, generation_tokens_running=80), now=6.0)
+    assert out.decode_tps == pytest.approx(10.0)
+    # A real restart (the counter itself drops) still restarts the count.
+    out = t.update(rec(0, 30, generation_tokens_running=10), now=8.0)
+    assert out.decode_tps == pytest.approx(20.0)
