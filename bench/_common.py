@@ -2,18 +2,14 @@
 
 from __future__ import annotations
 
-import socket
 import time
 from pathlib import Path
 
 import httpx
 
+from syshaxd.demo.stack import free_port
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port", "results_dir", "wait_http"]
 
 
 def wait_http(url: str, timeout: float = 30.0, proc: object | None = None) -> None:
