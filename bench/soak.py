@@ -10,8 +10,8 @@ Reported: requests completed, clean errors (an OpenAI error status or an error e
 anything else -- hangs, streams cut without an error event, connection resets -- which must
 be 0; the daemon's RSS and open file descriptors before the load (cold), after a warm-up
 (the baseline), at the peak and after the load stops; and the latency of ``GET /health``
-measured by a separate process while the load runs, as a proxy for the daemon's event-loop
-lag (the daemon has no loop-lag probe of its own). The clients run in worker processes (one
+measured by a separate process while the load runs, beside the daemon's own event-loop lag
+probe (``syshax_event_loop_lag_seconds``). The clients run in worker processes (one
 per 250 clients) on the same cores as the daemon: at 1,000 clients their CPU competes with
 the daemon's, and the report gives both.
 
