@@ -9,6 +9,7 @@ from typing import Any
 import httpx
 
 from syshaxd.config import EngineSpec
+from syshaxd.enginepool import EngineTransport
 from syshaxd.errors import engine_error_message
 
 
@@ -52,7 +53,7 @@ class Upstream:
             # Reads may legitimately wait minutes (a long CPU decode); the conductor's own
             # request deadline bounds them instead.
             timeout=httpx.Timeout(connect=5.0, read=None, write=30.0, pool=None),
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=512),
+            transport=EngineTransport(max_idle=512, keepalive_expiry=5.0),
             headers={"User-Agent": "syshaxd"},
         )
         return cls(spec=spec, client=client)
