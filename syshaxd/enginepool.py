@@ -85,6 +85,8 @@ class EngineTransport(httpx.AsyncBaseTransport):
         if self._closed:
             raise httpx.ConnectError("the engine's connection pool is closed")
         url = request.url
+        if url.scheme != "http":
+            raise httpx.UnsupportedProtocol(f"engines are reached over plain http://, not {url.scheme}:// ({url})")
         core = httpcore.Request(
             method=request.method,
             url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),

@@ -114,6 +114,14 @@ async def test_refused_and_dead_engines_raise_httpx_errors(sim_engine: SimEngine
         assert pool.busy == 0 and pool.idle == 0
 
 
+async def test_only_plain_http_is_spoken() -> None:
+    client, pool = await client_for("https://127.0.0.1:1")
+    async with client:
+        with pytest.raises(httpx.UnsupportedProtocol, match="plain http"):
+            await client.get("/health")
+    assert pool.opened == 0
+
+
 async def test_closing_the_pool_ends_a_busy_stream_with_an_error(engine: str) -> None:
     client, pool = await client_for(engine)
     async with client.stream("POST", "/v1/chat/completions", json=body(2000)) as response:
