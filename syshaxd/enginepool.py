@@ -94,18 +94,22 @@ class EngineTransport(httpx.AsyncBaseTransport):
             content=request.stream,  # type: ignore[arg-type]  # httpx streams are async iterables of bytes
             extensions=request.extensions,
         )
-        # A pooled connection the engine closed a moment ago refuses the request before sending
-        # anything (ConnectionNotAvailable): take another. A new connection never does.
+        # A connection closed under the request before it sent anything (the pool closing, see
+        # aclose) refuses it with ConnectionNotAvailable: take another, unless the pool is closed.
+        # An engine that closed an idle connection is caught by has_expired() at checkout, as in
+        # httpcore's own pool; if its FIN arrives just after, the request fails as it would there.
         while True:
             conn = await self._checkout(core)
             try:
                 with _as_httpx():
                     response = await conn.handle_async_request(core)
             except httpcore.ConnectionNotAvailable:
-                self._busy.discard(conn)
+                self._drop(conn)
                 continue
             except BaseException:
-                self._busy.discard(conn)  # httpcore has closed it already
+                # httpcore closes a connection that failed mid-request, but not one cancelled
+                # while it waited for the connection's lock, before its first byte: close it here.
+                self._drop(conn)
                 raise
             break
         return httpx.Response(
@@ -116,11 +120,18 @@ class EngineTransport(httpx.AsyncBaseTransport):
         )
 
     async def _checkout(self, request: httpcore.Request) -> httpcore.AsyncHTTP11Connection:
-        """The newest usable idle connection, or a new one."""
+        """The newest usable idle connection to the request's origin, or a new one.
+
+        A client of this transport talks to one engine (its ``base_url``); an idle connection to
+        another origin is closed rather than kept, so mixing origins works but is not pooled.
+        """
+        if self._closed:
+            raise httpx.ConnectError("the engine's connection pool is closed")
+        origin = request.url.origin
         self._expire_oldest()
         while self._idle:
             conn = self._idle.pop()
-            if conn.is_available() and not conn.has_expired():
+            if conn.can_handle_request(origin) and conn.is_available() and not conn.has_expired():
                 self._busy.add(conn)
                 return conn
             self._close_soon(conn)
@@ -129,6 +140,9 @@ class EngineTransport(httpx.AsyncBaseTransport):
             stream = await self._backend.connect_tcp(
                 request.url.host.decode("ascii"), request.url.port or 80, timeout=timeout
             )
+        if self._closed:  # closed while connecting: nobody would close this one
+            await stream.aclose()
+            raise httpx.ConnectError("the engine's connection pool is closed")
         conn = httpcore.AsyncHTTP11Connection(
             origin=request.url.origin, stream=stream, keepalive_expiry=self._keepalive_expiry
         )
@@ -150,6 +164,12 @@ class EngineTransport(httpx.AsyncBaseTransport):
         while self._idle and self._idle[0].has_expired():
             self._close_soon(self._idle.popleft())
 
+    def _drop(self, conn: httpcore.AsyncHTTP11Connection) -> None:
+        """Forget a connection whose request failed; close it if httpcore has not."""
+        self._busy.discard(conn)
+        if not conn.is_closed():
+            self._close_soon(conn)
+
     def _close_soon(self, conn: httpcore.AsyncHTTP11Connection) -> None:
         task = asyncio.get_running_loop().create_task(conn.aclose())
         self._closing.add(task)
@@ -161,10 +181,10 @@ class EngineTransport(httpx.AsyncBaseTransport):
         conns = [*self._idle, *self._busy]
         self._idle.clear()
         self._busy.clear()
-        for conn in conns:
-            await conn.aclose()
-        if self._closing:
-            await asyncio.gather(*self._closing, return_exceptions=True)
+        # Each close runs to the end even if another fails or this task is cancelled.
+        closing = [*self._closing, *(asyncio.ensure_future(conn.aclose()) for conn in conns)]
+        if closing:
+            await asyncio.shield(asyncio.gather(*closing, return_exceptions=True))
 
 
 class _Body(httpx.AsyncByteStream):

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
 from collections.abc import AsyncIterator
 
 import httpx
+import psutil
 import pytest
 
 from syshaxd.enginepool import EngineTransport
@@ -112,6 +114,50 @@ async def test_refused_and_dead_engines_raise_httpx_errors(sim_engine: SimEngine
                 async for _ in chunks:
                     pass
         assert pool.busy == 0 and pool.idle == 0
+
+
+def established_to(url: str) -> int:
+    port = int(url.rsplit(":", 1)[1])
+    return sum(1 for c in psutil.Process().net_connections("tcp")
+               if c.raddr and c.raddr.port == port and c.status == psutil.CONN_ESTABLISHED)
+
+
+async def test_requests_cancelled_at_any_step_leave_no_connection_behind(engine: str) -> None:
+    # A client that leaves (or a deadline) cancels the request wherever it is: waiting for the
+    # connection's lock, sending, waiting for the answer. Every socket still open must be one
+    # the pool knows about; an orphan would stay ESTABLISHED until the engine gave up on it.
+    client, pool = await client_for(engine)
+    async with client:
+        await stream_text(client)
+        for steps in range(1, 16):
+            task = asyncio.create_task(client.post("/v1/chat/completions", json=body(stream=False)))
+            for _ in range(steps):
+                await asyncio.sleep(0)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, httpx.HTTPError):
+                await task
+        await stream_text(client)
+        await asyncio.sleep(0.2)  # the closes scheduled by the pool run
+        assert established_to(engine) == pool.idle + pool.busy
+        assert pool.busy == 0
+    await asyncio.sleep(0.2)
+    assert established_to(engine) == 0
+
+
+async def test_closing_the_pool_while_requests_start_leaves_no_connection_open(engine: str) -> None:
+    for steps in range(1, 12):
+        client, pool = await client_for(engine)
+        await stream_text(client)
+        task = asyncio.create_task(client.post("/v1/chat/completions", json=body(stream=False)))
+        for _ in range(steps):
+            await asyncio.sleep(0)
+        await pool.aclose()
+        with contextlib.suppress(httpx.HTTPError):
+            (await task).raise_for_status()
+        await client.aclose()
+        await asyncio.sleep(0.05)
+        assert pool.opened == 1, f"a connection was opened after the pool closed ({steps} steps)"
+        assert established_to(engine) == 0, f"after {steps} steps"
 
 
 async def test_only_plain_http_is_spoken() -> None:
