@@ -82,8 +82,6 @@ class EngineTransport(httpx.AsyncBaseTransport):
         return len(self._busy)
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        if self._closed:
-            raise httpx.ConnectError("the engine's connection pool is closed")
         url = request.url
         if url.scheme != "http":
             raise httpx.UnsupportedProtocol(f"engines are reached over plain http://, not {url.scheme}:// ({url})")
