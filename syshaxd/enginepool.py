@@ -7,9 +7,9 @@ response close, and its keep-alive eviction counts the connections once per conn
 general pool: one origin per client, HTTP/1.1 only, no proxies, no HTTP/2. This transport
 keeps idle connections in a stack: a request takes the most recently used one whose
 keep-alive has not expired and which the engine has not closed, else opens a new one; a
-response that ends cleanly puts its connection back, anything else closes it. Only the
-connection at hand is looked at, plus the oldest idle one when it has outlived its
-keep-alive.
+response that ends cleanly puts its connection back, anything else closes it. A request
+looks only at the connection it takes and at the oldest idle one (closed once it has
+outlived its keep-alive).
 
 It plugs into ``httpx.AsyncClient(transport=...)``: requests, responses, timeouts and
 exceptions are httpx's own, so callers cannot tell the difference.
@@ -141,9 +141,7 @@ class EngineTransport(httpx.AsyncBaseTransport):
         if self._closed:  # closed while connecting: nobody would close this one
             await stream.aclose()
             raise httpx.ConnectError("the engine's connection pool is closed")
-        conn = httpcore.AsyncHTTP11Connection(
-            origin=request.url.origin, stream=stream, keepalive_expiry=self._keepalive_expiry
-        )
+        conn = httpcore.AsyncHTTP11Connection(origin=origin, stream=stream, keepalive_expiry=self._keepalive_expiry)
         self.opened += 1
         self._busy.add(conn)
         return conn
@@ -155,7 +153,6 @@ class EngineTransport(httpx.AsyncBaseTransport):
             self._idle.append(conn)
         elif not conn.is_closed():
             await conn.aclose()
-        self._expire_oldest()
 
     def _expire_oldest(self) -> None:
         """Close idle connections at the old end that outlived their keep-alive (or were closed)."""
