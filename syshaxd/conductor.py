@@ -89,7 +89,7 @@ class Conductor:
         self.handoff = config.services.gpu.handoff
         self.queue: AdmissionQueue[Route | ApiError] = AdmissionQueue(config.system.max_queue_size)
         self.counters = Stats()
-        self.vitals = Vitals(self.counters.registry, busy=lambda: bool(self._flights) or len(self.queue) > 0,
+        self.vitals = Vitals(self.counters.registry, busy=self.busy,
                              served=lambda: self.counters.requests_total)
         self.accepting = True
         self._policies: dict[str, Policy] = {}
@@ -335,6 +335,10 @@ class Conductor:
             log.debug("request id=%s body=%s", flight.request_id, flight.parsed.raw[:2000].decode("utf-8", "replace"))
 
     # -- reporting -------------------------------------------------------------------
+
+    def busy(self) -> bool:
+        """Whether any request is in flight or queued."""
+        return bool(self._flights) or len(self.queue) > 0
 
     def inflight(self) -> dict[str, int]:
         """In-flight requests per engine."""

@@ -17,6 +17,7 @@ from syshaxd.schema import (
     EngineStateModel,
     GpuModel,
     HostModel,
+    MemoryModel,
     NumaNodeModel,
     StateModel,
 )
@@ -85,6 +86,7 @@ def build_state(
     started_monotonic: float,
     bound_cpus: Sequence[int] = (),
     events_dropped: int = 0,
+    memory: MemoryModel | None = None,
 ) -> StateModel:
     """Everything ``GET /v1/state`` returns."""
     limits = runtime.limits()
@@ -99,4 +101,5 @@ def build_state(
         config_sources=runtime.sources(),
         recent_decisions=list(decisions),
         events_dropped=events_dropped,
+        memory=memory or MemoryModel(),
     )

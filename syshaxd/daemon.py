@@ -3,7 +3,8 @@
 Both HTTP servers (the API on TCP, the control API on a Unix socket) run in one event loop.
 The daemon, not uvicorn, owns the signals: SIGTERM/SIGINT drain and stop (a second one
 stops at once), SIGHUP rereads the config files. systemd hears about it all through
-sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING).
+sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING). Once idle after a burst that left
+its memory grown, the daemon replaces its process image in place (:mod:`syshaxd.recycle`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
@@ -28,8 +30,16 @@ from syshaxd.control_server import (
 from syshaxd.control_state import build_state
 from syshaxd.events import EventBus
 from syshaxd.peercred import AccessPolicy
+from syshaxd.recycle import (
+    KEEP_RECYCLES,
+    Handover,
+    IdleRecycle,
+    config_data,
+    current_rss,
+    exec_new_image,
+)
 from syshaxd.runtime import RuntimeConfig
-from syshaxd.schema import ConfigChangeModel, StateModel
+from syshaxd.schema import ConfigChangeModel, MemoryModel, RecycleModel, StateModel
 from syshaxd.serving import (
     BindError,
     SignalFreeServer,
@@ -48,23 +58,33 @@ log = logging.getLogger("syshaxd")
 UVICORN_GRACE_MARGIN = 5.0
 #: Seconds between STATUS= refreshes.
 STATUS_INTERVAL = 2.0
+#: Seconds between checks whether an idle recycle is due.
+RECYCLE_POLL = 1.0
 
 
 class DaemonError(Exception):
     """The daemon cannot start; the message is for the operator."""
 
 
-def run_daemon(loaded: LoadedConfig) -> int:
-    """Serve until stopped; 0 after a clean stop, 1 when the daemon cannot start."""
+def run_daemon(loaded: LoadedConfig, handover: Handover | None = None) -> int:
+    """Serve until stopped; 0 after a clean stop, 1 when the daemon cannot start.
+
+    After an idle recycle this does not return: the process becomes a fresh image of
+    syshaxd, which takes the listening socket and the handover.
+    """
     apply_log_level(loaded.config.logging.level)
+    daemon = Daemon(loaded, handover)
     try:
-        return asyncio.run(Daemon(loaded).run())
+        code = asyncio.run(daemon.run())
     except (DaemonError, ControlSocketError, BindError) as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
         return 2
+    if daemon.handover is not None and daemon.kept_fd is not None:
+        return exec_new_image(daemon.kept_fd, daemon.handover, daemon.notifier.address)
+    return code
 
 
 def apply_log_level(level: str) -> None:
@@ -80,7 +100,7 @@ def apply_log_level(level: str) -> None:
 class Daemon:
     """One run of syshaxd: build the parts, serve, drain, clean up."""
 
-    def __init__(self, loaded: LoadedConfig) -> None:
+    def __init__(self, loaded: LoadedConfig, previous: Handover | None = None) -> None:
         self.loaded = loaded
         self.config = loaded.config
         self.specs = engine_specs(self.config)
@@ -88,6 +108,23 @@ class Daemon:
         self.bus = EventBus()
         self.notifier = Notifier.from_env()
         self.started = time.monotonic()
+        #: The handover this image started from (None on a cold start).
+        self.previous = previous
+        #: RSS when first ready, kept across recycles (None until ready).
+        self.rss_start: int | None = None
+        self.recycles = 0
+        self.recent_recycles: list[RecycleModel] = []
+        if previous is not None:
+            self.started = previous.started_monotonic
+            self.runtime.restore_flags(previous.engine_flags, previous.last_saved)
+            self.rss_start = previous.rss_start
+            self.recycles = previous.recycles
+            self.recent_recycles = list(previous.recent_recycles)
+        #: Set when this image is to be replaced: the handover and the listening socket's duplicate.
+        self.handover: Handover | None = None
+        self.kept_fd: int | None = None
+        self._recycling: RecycleModel | None = None
+        self._began_recycle = 0.0
         self.bound_cpus: tuple[int, ...] = ()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
@@ -122,6 +159,8 @@ class Daemon:
         host = await asyncio.to_thread(HostSampler, bound_cpus=self.bound_cpus)
         self.monitor = Monitor(self.specs, self.config.monitor, host=host)
         self.conductor = Conductor(config=self.config, runtime=self.runtime, monitor=self.monitor, bus=self.bus)
+        if self.previous is not None:
+            self.conductor.counters.restore(self.previous.stats)
         upstreams = self.conductor.upstreams
         self.monitor.answered_at = lambda name: upstreams[name].answered_at if name in upstreams else None
         self.runtime.on_change(self._on_config_change)
@@ -152,15 +191,25 @@ class Daemon:
                 "syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
                 describe(api_sock), control.path, len(self.specs), self.runtime.policy_name,
             )
+            self._note_ready()
             self.notifier.ready(self.status_text())
             self._start_background(ctx)
+            if self.config.system.recycle_when_idle and hasattr(os, "memfd_create"):
+                self._spawn(self._recycle_loop(api_sock))
             stopper = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopper, *servers.values()], return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             failed = [name for name, task in servers.items() if task in done]
             if failed:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
+            elif self._recycling is not None:
+                # The API stops accepting first and answers what came meanwhile; the listening
+                # socket's duplicate keeps new connections waiting for the next image.
+                api.should_exit = True
+                await asyncio.wait([servers["API"]], timeout=grace + UVICORN_GRACE_MARGIN)
             await self._shutdown(api, control_api, list(servers.values()), grace)
+            if self._recycling is not None and not failed and self._signals == 0:
+                self.handover = self._handover(self._recycling)
             return 1 if failed else 0
         finally:
             for task in self._tasks:
@@ -178,7 +227,10 @@ class Daemon:
                 extra.close()
             sock = activated[0]
             sock.setblocking(False)
-            log.info("using the socket-activated API socket %s", describe(sock))
+            if self.previous is not None:
+                log.info("serving on the API socket %s kept across the recycle", describe(sock))
+            else:
+                log.info("using the socket-activated API socket %s", describe(sock))
             return sock
         svc = self.config.services.conductor
         return bind_tcp(svc.host, svc.port)
@@ -187,9 +239,10 @@ class Daemon:
         self, api: SignalFreeServer, control: SignalFreeServer, servers: list[asyncio.Task[None]], grace: float
     ) -> None:
         inflight = sum(self.conductor.stats().inflight.values())
-        log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
-        self.notifier.stopping()
-        self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
+        if self._recycling is None or self._signals:
+            log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
+            self.notifier.stopping()
+            self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
         self.bus.close()  # ends every event stream, so the control server can close
         control.should_exit = True
         api.should_exit = True
@@ -203,7 +256,8 @@ class Daemon:
             api.force_exit = control.force_exit = True  # uvicorn stops waiting for connections
             await self.conductor.stop(0)
         await asyncio.gather(*servers, return_exceptions=True)
-        log.info("syshaxd stopped")
+        if self._recycling is None or self._signals:
+            log.info("syshaxd stopped")
 
     # -- signals, reload, status -----------------------------------------------------
 
@@ -261,6 +315,73 @@ class Daemon:
             started_monotonic=self.started,
             bound_cpus=self.bound_cpus,
             events_dropped=self.bus.dropped_total,
+            memory=self.memory(),
+        )
+
+    def memory(self) -> MemoryModel:
+        """The daemon's RSS now and at the start, and its recycles."""
+        return MemoryModel(rss=current_rss(), rss_start=self.rss_start, recycles=self.recycles,
+                           recent_recycles=self.recent_recycles)
+
+    # -- the idle recycle (syshaxd.recycle) -------------------------------------------
+
+    def _note_ready(self) -> None:
+        rss = current_rss()
+        if self.rss_start is None:
+            self.rss_start = rss
+        if self.previous is None or not self.recent_recycles:
+            return
+        last = self.recent_recycles[-1]
+        pause = time.monotonic() - self.previous.began_monotonic
+        self.recent_recycles[-1] = last.model_copy(update={"rss_after": rss, "pause": pause})
+        log.info("recycled: RSS %.1f MB -> %.1f MB (%.1f MB at the first start); new connections waited "
+                 "up to %.1f s", last.rss_before / 2**20, rss / 2**20, self.rss_start / 2**20, pause)
+
+    async def _recycle_loop(self, api_sock: socket.socket) -> None:
+        system = self.config.system
+        assert self.rss_start is not None
+        watch = IdleRecycle(busy=self.conductor.busy, served=lambda: self.conductor.counters.requests_total,
+                            rss=current_rss, rss_start=self.rss_start, idle_s=system.recycle_idle_seconds,
+                            ratio=system.recycle_rss_ratio)
+        while not self._stop.is_set():
+            await asyncio.sleep(RECYCLE_POLL)
+            if watch.tick():
+                self._begin_recycle(api_sock)
+                return
+
+    def _begin_recycle(self, api_sock: socket.socket) -> None:
+        rss = current_rss()
+        assert self.rss_start is not None
+        try:
+            self.kept_fd = os.dup(api_sock.fileno())
+        except OSError as exc:
+            log.warning("cannot recycle: %s", exc)
+            return
+        self._began_recycle = time.monotonic()
+        self._recycling = RecycleModel(at=time.time(), rss_before=rss)
+        text = (f"recycling: idle, RSS {rss / 2**20:.0f} MB is {rss / self.rss_start:.2f}x the "
+                f"{self.rss_start / 2**20:.0f} MB at start; replacing the process in place")
+        log.info("%s", text)
+        self.notifier.reloading()
+        self.notifier.status(text)
+        self._stop.set()
+
+    def _handover(self, recycling: RecycleModel) -> Handover:
+        loaded = self.runtime.loaded()
+        assert self.rss_start is not None
+        return Handover(
+            config=config_data(loaded.config),
+            config_path=str(loaded.path) if loaded.path else None,
+            overrides_path=str(loaded.overrides_path) if loaded.overrides_path else None,
+            sources=loaded.sources,
+            last_saved=self.runtime.last_saved,
+            engine_flags=self.runtime.all_engine_flags(),
+            stats=self.conductor.counters.export(),
+            started_monotonic=self.started,
+            rss_start=self.rss_start,
+            recycles=self.recycles + 1,
+            recent_recycles=[*self.recent_recycles, recycling][-KEEP_RECYCLES:],
+            began_monotonic=self._began_recycle,
         )
 
     def status_text(self) -> str:
@@ -282,7 +403,8 @@ class Daemon:
         # llamacpp-slots: check every pair now, so a mismatch is in the log at start; the
         # first split waits for this verdict, and none runs between unmatched servers.
         self._spawn(self.conductor.dispatcher.startup_checks())
-        self._spawn(self._startup_check())
+        if self.previous is None:  # a recycled image's engines were checked at the first start
+            self._spawn(self._startup_check())
         self._spawn(self._status_loop())
         interval = watchdog_interval()
         if interval is not None and self.notifier.enabled:

@@ -115,6 +115,24 @@ class HostModel(_Wire):
     bound_cpus: list[int] = Field(default_factory=list)  # the CPU engine's binding
 
 
+class RecycleModel(_Wire):
+    """One idle recycle: the daemon's process replaced in place to hand its memory back."""
+
+    at: float  # wall time it began
+    rss_before: int  # bytes
+    rss_after: int | None = None  # bytes, once the new image was ready
+    pause: float | None = None  # seconds new connections waited in the listen queue
+
+
+class MemoryModel(_Wire):
+    """The daemon's own memory, and the recycles that gave it back."""
+
+    rss: int | None = None  # bytes now
+    rss_start: int | None = None  # bytes when first ready (kept across recycles)
+    recycles: int = 0
+    recent_recycles: list[RecycleModel] = Field(default_factory=list)  # oldest first
+
+
 class StateModel(_Wire):
     """GET /v1/state: everything the console shows."""
 
@@ -128,6 +146,7 @@ class StateModel(_Wire):
     config_sources: dict[str, str] = Field(default_factory=dict)  # key -> "default", "file ...", ...
     recent_decisions: list[DecisionModel] = Field(default_factory=list)
     events_dropped: int = 0
+    memory: MemoryModel = Field(default_factory=MemoryModel)
 
 
 class ConfigChangeModel(_Wire):
