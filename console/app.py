@@ -26,7 +26,7 @@ from console.model import (
     History,
     engines_of,
 )
-from console.render import fmt_uptime
+from console.render import fmt_memory, fmt_uptime
 from console.widgets.conductor import ConductorPanel
 from console.widgets.decisions import DecisionLogPanel
 from console.widgets.device import DevicePanel
@@ -268,6 +268,7 @@ class ConsoleApp(ConsoleKeys):
             data_age=fmt_uptime(now - self._last_data) if self._last_data is not None and not self.connected else None,
             version=state.version if state else None,
             uptime=fmt_uptime(state.uptime) if state else None,
+            memory=fmt_memory(state.memory) if state else None,
             side=self.side,
             engine=self.selected_engine_name(self.side),
             readonly=self.readonly,

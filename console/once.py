@@ -13,6 +13,7 @@ from console.render import (
     conductor_panel,
     device_panel,
     device_title,
+    fmt_memory,
     fmt_uptime,
     numa_label_width,
     numa_panel,
@@ -26,6 +27,9 @@ def snapshot(state: StateModel, width: int, socket: str = "", decisions: int = 1
     header = Text()
     header.append(f"syshaxd {state.version}", style="bold")
     header.append(f"  up {fmt_uptime(state.uptime)}")
+    memory = fmt_memory(state.memory)
+    if memory:
+        header.append(f"  {memory}", style="dim")
     if socket:
         header.append(f"  via {socket}", style="dim")
     parts: list[RenderableType] = [header]

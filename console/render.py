@@ -22,7 +22,7 @@ from console.model import (
     resample,
     row_width,
 )
-from syshaxd.schema import ConductorStatsModel, EngineStateModel, HostModel
+from syshaxd.schema import ConductorStatsModel, EngineStateModel, HostModel, MemoryModel
 
 STATES: Mapping[str, tuple[str, str, str]] = {
     "up": ("●", "UP", "green"),
@@ -74,6 +74,19 @@ def fmt_uptime(seconds: float) -> str:
     if s < 86400:
         return f"{s // 3600}h{s % 3600 // 60:02d}m"
     return f"{s // 86400}d{s % 86400 // 3600}h"
+
+
+def fmt_memory(memory: MemoryModel) -> str | None:
+    """The daemon's own RSS and its idle recycles: "64 MB", "64 MB, recycled 2x (101→63 MB)"."""
+    if memory.rss is None:
+        return None
+    text = f"{memory.rss / 2**20:.0f} MB"
+    if memory.recycles:
+        text += f", recycled {memory.recycles}x"
+        last = memory.recent_recycles[-1] if memory.recent_recycles else None
+        if last is not None and last.rss_after is not None:
+            text += f" ({last.rss_before / 2**20:.0f}→{last.rss_after / 2**20:.0f} MB)"
+    return text
 
 
 def fmt_gib(used: int | None, total: int | None) -> str:

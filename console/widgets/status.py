@@ -21,6 +21,7 @@ class Status:
     data_age: str | None = None  # how old the shown data is, when disconnected
     version: str | None = None
     uptime: str | None = None  # formatted: an unchanged line is not redrawn
+    memory: str | None = None  # the daemon's RSS and recycles, formatted
     side: str = "gpu"
     engine: str | None = None
     readonly: bool = False
@@ -63,6 +64,8 @@ class StatusBar(Widget):
             text.append(f"syshaxd {s.version or '?'}")
             if s.uptime is not None:
                 text.append(f" up {s.uptime}")
+            if s.memory is not None:
+                text.append(f" · {s.memory}", style="dim")
         else:
             # Most important first: the line is cut at the terminal's width.
             text.append("✗ DISCONNECTED — retrying")
