@@ -243,6 +243,8 @@ class Daemon:
             log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
             self.notifier.stopping()
             self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
+        if self._recycling is not None and not self._signals:
+            self.bus.publish("recycle", self._recycling)  # the console says why the stream ends
         self.bus.close()  # ends every event stream, so the control server can close
         control.should_exit = True
         api.should_exit = True

@@ -42,6 +42,7 @@ from typing import Any
 import psutil
 from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
+from syshaxd import __version__
 from syshaxd.config import LoadedConfig
 from syshaxd.configmodel import Config
 from syshaxd.schema import RecycleModel
@@ -113,6 +114,8 @@ class Handover(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: int = FORMAT
+    #: the version of the image that wrote it (the code on disk may have changed since)
+    version: str = __version__
     config: dict[str, Any]
     config_path: str | None = None
     overrides_path: str | None = None
@@ -180,10 +183,15 @@ def take_handover(env: dict[str, str] | os._Environ[str] | None = None) -> Hando
                   data.get("format") if isinstance(data, dict) else type(data).__name__)
         return None
     try:
-        return Handover.model_validate(data)
+        handover = Handover.model_validate(data)
+        handover.loaded_config()  # the running config must still be valid for this version
     except ValueError as exc:
         log.error("ignoring an invalid handover: %s; starting afresh", exc)
         return None
+    if handover.version != __version__:
+        log.warning("the code on disk changed since syshaxd started: this image is %s, the previous one was %s",
+                    __version__, handover.version)
+    return handover
 
 
 def exec_new_image(listen_fd: int, handover: Handover, notify_address: str | None) -> int:

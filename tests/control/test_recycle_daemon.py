@@ -14,34 +14,12 @@ import time
 from collections.abc import Callable
 
 import httpx
-import openai
 import psutil
 
+from tests.plugins.burst import burst
 from tests.plugins.daemon import RunningDaemon, run_syshaxd
 
 STREAMS = 160
-
-
-async def burst(url: str, n: int) -> int:
-    """``n`` concurrent streaming chats; returns how many completed with a finish reason."""
-    client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="none", max_retries=0, timeout=60)
-
-    async def one(i: int) -> bool:
-        stream = await client.chat.completions.create(
-            model="ds-32b", messages=[{"role": "user", "content": f"tell me a story {i}"}],
-            max_tokens=24, stream=True,
-        )
-        finish = None
-        async for chunk in stream:
-            if chunk.choices and chunk.choices[0].finish_reason:
-                finish = chunk.choices[0].finish_reason
-        return finish is not None
-
-    try:
-        done = await asyncio.gather(*(one(i) for i in range(n)))
-    finally:
-        await client.close()
-    return sum(done)
 
 
 class Prober(threading.Thread):

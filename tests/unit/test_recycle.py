@@ -181,3 +181,22 @@ def test_a_handover_variable_naming_no_descriptor_is_ignored(caplog: pytest.LogC
     os.close(closed)
     assert take_handover({HANDOVER_ENV: str(closed)}) is None
     assert "cannot read the handover" in caplog.text
+
+
+def test_a_handover_whose_config_this_version_rejects_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    data = json.loads(handover(tmp_path).model_dump_json())
+    data["config"]["services"]["gpu"]["port"] = "not a port"  # e.g. a key whose type changed in an upgrade
+    fd = memfd_with(json.dumps(data).encode())
+    assert take_handover({HANDOVER_ENV: str(fd)}) is None
+    assert "invalid handover" in caplog.text
+
+
+def test_a_handover_from_another_version_is_taken_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture,
+) -> None:
+    sent = handover(tmp_path).model_copy(update={"version": "0.0.1"})
+    fd = memfd_with(sent.model_dump_json().encode())
+    assert take_handover({HANDOVER_ENV: str(fd)}) == sent
+    assert "the code on disk changed since syshaxd started" in caplog.text
