@@ -128,6 +128,7 @@ class Daemon:
         self.bound_cpus: tuple[int, ...] = ()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
+        self._stop_requested = asyncio.Event()  # SIGTERM/SIGINT (_stop is also set by a recycle)
         self._reload_lock = asyncio.Lock()
         self._signals = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -203,10 +204,7 @@ class Daemon:
             if failed:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
             elif self._recycling is not None:
-                # The API stops accepting first and answers what came meanwhile; the listening
-                # socket's duplicate keeps new connections waiting for the next image.
-                api.should_exit = True
-                await asyncio.wait([servers["API"]], timeout=grace + UVICORN_GRACE_MARGIN)
+                await self._stop_accepting_for_recycle(api, servers["API"])
             await self._shutdown(api, control_api, list(servers.values()), grace)
             if self._recycling is not None and not failed and self._signals == 0:
                 self.handover = self._handover(self._recycling)
@@ -266,6 +264,7 @@ class Daemon:
     def request_stop(self, sig: int | None = None) -> None:
         """Begin a graceful stop; a second request stops at once."""
         self._signals += 1
+        self._stop_requested.set()
         if self._signals > 1:
             log.warning("second stop request: cancelling what is still running")
             self._force.set()
@@ -367,6 +366,21 @@ class Daemon:
         self.notifier.reloading()
         self.notifier.status(text)
         self._stop.set()
+
+    async def _stop_accepting_for_recycle(self, api: SignalFreeServer, api_task: asyncio.Task[None]) -> None:
+        """The API stops accepting and answers what came meanwhile, to the end.
+
+        The listening socket's duplicate keeps new connections waiting for the next image.
+        A request that slipped in as the recycle began may run as long as any request
+        (``system.request_timeout``): nothing waits for the recycle, so it is not cut at the
+        shutdown grace -- unless a stop is requested meanwhile, which drains as usual.
+        """
+        longest = self.config.system.request_timeout + UVICORN_GRACE_MARGIN
+        api.config.timeout_graceful_shutdown = max(1, int(longest))
+        api.should_exit = True
+        stop = asyncio.create_task(self._stop_requested.wait())
+        await asyncio.wait([api_task, stop], timeout=longest + 1, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
 
     def _handover(self, recycling: RecycleModel) -> Handover:
         loaded = self.runtime.loaded()

@@ -36,6 +36,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Mapping
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +59,14 @@ FORMAT = 1
 KEEP_RECYCLES = 10
 
 
+@cache
+def _this_process() -> psutil.Process:
+    return psutil.Process()
+
+
 def current_rss() -> int:
     """This process's resident set size in bytes."""
-    return int(psutil.Process().memory_info().rss)
+    return int(_this_process().memory_info().rss)
 
 
 class IdleRecycle:

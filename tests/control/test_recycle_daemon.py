@@ -67,7 +67,9 @@ def test_idle_daemon_recycles_in_place_keeping_pid_socket_config_and_counters(
     start_daemon: Callable[..., RunningDaemon],
 ) -> None:
     daemon = start_daemon(
-        config={"system": {"recycle_idle_seconds": 2, "recycle_rss_ratio": 1.05, "max_queue_size": 1000}},
+        # A 1 s shutdown grace: a request that slips in as the recycle begins must still not be cut.
+        config={"system": {"recycle_idle_seconds": 2, "recycle_rss_ratio": 1.05, "max_queue_size": 1000,
+                           "shutdown_grace": 1}},
         notify=True, speed=50,
     )
     pid = daemon.proc.pid
@@ -88,7 +90,7 @@ def test_idle_daemon_recycles_in_place_keeping_pid_socket_config_and_counters(
         while "recycling: idle" not in daemon.log_text():
             assert time.monotonic() < deadline, daemon.log_text()[-3000:]
             time.sleep(0.01)
-        assert asyncio.run(burst(daemon.url, 1)) == 1
+        assert asyncio.run(burst(daemon.url, 1, max_tokens=200)) == 1
         wait_recycles(daemon, 1)
         time.sleep(0.5)
     finally:
