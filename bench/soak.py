@@ -17,7 +17,7 @@ the daemon's, and the report gives both.
 
     python bench/soak.py                      # 1,000 clients for 120 s
     python bench/soak.py --clients 200 --duration 30
-    python bench/soak.py --quick              # 20 clients for 5 s (make test)
+    python bench/soak.py --quick              # 20 clients for 5 s, no warm-up (make test)
 """
 
 from __future__ import annotations
@@ -244,11 +244,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         sampler = Sampler(psutil.Process(daemon.pid))
         cold = sampler.sample()
         procs = args.procs or math.ceil(args.clients / CLIENTS_PER_PROCESS)
-        warm_seconds = min(5.0, max(1.0, args.duration * 0.1))
-        # The first burst sizes pools and caches: the baseline is taken after it has settled.
-        await Workers(Path(__file__), url, args.clients, warm_seconds, procs).run()
-        await settle(url, log_path, sampler, cold)
-        baseline = sampler.sample()
+        if args.no_warmup:
+            baseline = cold
+        else:
+            warm_seconds = min(5.0, max(1.0, args.duration * 0.1))
+            # The first burst sizes pools and caches: the baseline is taken after it has settled.
+            await Workers(Path(__file__), url, args.clients, warm_seconds, procs).run()
+            await settle(url, log_path, sampler, cold)
+            baseline = sampler.sample()
         sampler.start()
         rounds = [await one_round(args, url, engines, procs, sampler, log_path, f"round {i + 1}/{args.rounds}",
                                   cold) for i in range(args.rounds)]
@@ -271,6 +274,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
     first_end, end = rounds[0]["end"].as_dict(), rounds[-1]["end"].as_dict()
     return {
         "clients": args.clients, "duration_s": args.duration, "rounds": args.rounds, "wall_s": round(wall, 2),
+        "warmup": not args.no_warmup,
         "engine_profile": "null with 4 ms steps", "fd_limit": list(limits), "client_processes": procs,
         "requests": tally.total, "completed": tally.completed, "clean_errors": tally.clean_errors,
         "lost": tally.lost, "lost_examples": tally.lost_examples[:10],
@@ -348,7 +352,7 @@ def verdicts(lost: int, drained: bool, tracebacks: int, cold: dict[str, Any], ba
         {"target": "no traceback in the daemon's log", "measured": str(tracebacks),
          "verdict": "met" if tracebacks == 0 else "missed"},
     ]
-    comparisons = [("the daemon's start", cold), ("the warm baseline", base)]
+    comparisons = [("the daemon's start", cold)] + ([("the warm baseline", base)] if base != cold else [])
     comparisons += [("the first round's end", first)] if rounds > 1 else []
     for what, ref in comparisons:
         for key, unit, slack in (("rss_mb", " MB", 0.0), ("fds", "", FD_SLACK)):
@@ -435,7 +439,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--clients", type=int, default=1000, help="concurrent streaming clients (default 1000)")
     parser.add_argument("--duration", type=float, default=120.0, help="seconds of load (default 120)")
-    parser.add_argument("--quick", action="store_true", help="20 clients for 5 s (what make test runs)")
+    parser.add_argument("--quick", action="store_true",
+                        help="20 clients for 5 s, one round, no warm-up (what make test runs)")
+    parser.add_argument("--no-warmup", action="store_true",
+                        help="no warm-up burst: the baseline is the daemon's cold start")
     parser.add_argument("--no-kill", action="store_true", help="do not kill and restart the GPU engine")
     parser.add_argument("--no-faults", action="store_true", help="no faults at all (a baseline run)")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default bench/results/soak.json)")
@@ -458,7 +465,7 @@ def main() -> int:
         worker_main(args.worker, args.clients, args.duration, args.worker_offset)
         return 0
     if args.quick:
-        args.clients, args.duration, args.rounds = 20, 5.0, 1
+        args.clients, args.duration, args.rounds, args.no_warmup = 20, 5.0, 1, True
     if args.clients < 1 or args.duration <= 0 or args.rounds < 1:
         parser.error("--clients and --rounds must be at least 1 and --duration above 0")
     report = asyncio.run(run(args))

@@ -144,14 +144,16 @@ def test_idle_daemon_recycles_in_place_keeping_pid_socket_config_and_counters(
     assert daemon.stop() == 0
 
 
-def test_no_recycle_below_the_ratio_or_when_switched_off(start_daemon: Callable[..., RunningDaemon]) -> None:
-    high = start_daemon(config={"system": {"recycle_idle_seconds": 1, "recycle_rss_ratio": 100}})
-    off = start_daemon(config={"system": {"recycle_when_idle": False, "recycle_idle_seconds": 1,
-                                          "recycle_rss_ratio": 1.05}})
-    for daemon in (high, off):
-        assert asyncio.run(burst(daemon.url, 40)) == 40
-    time.sleep(4)  # four checks past the idle time
-    for daemon in (high, off):
-        assert daemon.state().memory.recycles == 0
-        assert "recycling" not in daemon.log_text()
-        assert daemon.stop() == 0
+def test_no_recycle_when_switched_off(start_daemon: Callable[..., RunningDaemon]) -> None:
+    # The ratio and idle logic are unit-tested (tests/unit/test_recycle.py); here a real daemon whose
+    # burst clearly qualifies keeps its process because the operator switched recycling off.
+    daemon = start_daemon(config={"system": {"recycle_when_idle": False, "recycle_idle_seconds": 1,
+                                             "recycle_rss_ratio": 1.05, "max_queue_size": 1000}})
+    start = daemon.state().memory.rss_start
+    assert asyncio.run(burst(daemon.url, STREAMS)) == STREAMS
+    grown = daemon.state().memory.rss
+    assert start is not None and grown is not None and grown >= 1.05 * start  # would have qualified
+    time.sleep(3)  # three checks past the idle time
+    assert daemon.state().memory.recycles == 0
+    assert "recycling" not in daemon.log_text()
+    assert daemon.stop() == 0

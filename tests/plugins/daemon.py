@@ -27,7 +27,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
-from tests.plugins.ports import free_port, stop_process, wait_http
+from tests.plugins.ports import free_port, stop_processes, wait_http
 
 
 class NotifySink:
@@ -227,8 +227,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         return running
 
     yield start
-    for proc in reversed(procs):
-        stop_process(proc)
+    stop_processes(procs)
     for handle in handles:
         handle.close()
     for sink in sinks:

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.plugins.ports import free_port, stop_process, wait_http
+from tests.plugins.ports import free_port, stop_processes, wait_http
 
 
 @dataclass
@@ -168,8 +168,7 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     try:
         yield start
     finally:
-        for proc in reversed(procs):
-            stop_process(proc)
+        stop_processes(procs)
         for handle in logs:
             handle.close()
 
