@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# pytest-xdist workers: two halves the suite's time on a 2-core machine (most tests wait on
+# real processes); each file stays on one worker, so its module-scoped stacks are started once.
+TEST_WORKERS ?= 2
 
 .PHONY: demo test bench lint engines clean
 
@@ -22,7 +25,7 @@ test: $(STAMP)
 	$(PY) tools/build_engines.py --if-missing
 	$(VENV)/bin/ruff check syshaxd console tests bench tools
 	$(VENV)/bin/mypy
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -11,13 +11,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from syshaxd.configkeys import KeyInfo, allowed_text, type_name
 
 Dialect = Literal["vllm-v1", "vllm-v0", "llamacpp", "sglang", "openai"]
 Handoff = Literal["syshax", "kv-transfer", "llamacpp-slots", "recompute"]
 PolicyName = Literal["classic", "adaptive", "gpu-only", "cpu-only", "round-robin"]
+
+
+SUN_PATH_MAX = 107  # Linux: sockaddr_un.sun_path is 108 bytes, one of them the NUL
 
 
 class _Strict(BaseModel):
@@ -308,6 +311,16 @@ class Control(_Strict):
         strict=False,
         description="Where runtime overrides are saved (default /var/lib/syshax, or $STATE_DIRECTORY)",
     )
+
+    @field_validator("socket")
+    @classmethod
+    def _fits_sun_path(cls, value: Path | None) -> Path | None:
+        if value is not None and len(bytes(value)) > SUN_PATH_MAX:
+            raise ValueError(
+                f"control.socket is {len(bytes(value))} bytes long; a Unix socket path can be at most "
+                f"{SUN_PATH_MAX} bytes (choose a shorter directory)"
+            )
+        return value
 
 
 class Logging(_Strict):

@@ -13,7 +13,6 @@ import contextlib
 import shutil
 import signal
 import sys
-import tempfile
 import termios
 import time
 from collections.abc import Callable
@@ -26,7 +25,7 @@ from rich.console import Console
 
 from syshaxd.demo.load import LoadDriver
 from syshaxd.demo.procs import Child, Interrupted, StartError, StopFlag, Supervisor
-from syshaxd.demo.stack import Stack, StackOptions, start_stack
+from syshaxd.demo.stack import Stack, StackOptions, runtime_root, start_stack
 from syshaxd.demo.status import (
     build_summary,
     fetch_metrics,
@@ -57,7 +56,7 @@ class DemoOptions:
 
 def run_demo(opts: DemoOptions, out: Console) -> int:
     """Run the demo until it is stopped; 0 after a clean run, 1 when a part failed."""
-    root = Path(tempfile.mkdtemp(prefix="syshax-demo-"))
+    root = runtime_root()
     sup = Supervisor(grace=10.0)
     flag = StopFlag()
     previous = flag.install()

@@ -12,6 +12,7 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from typing import Any
 import httpx
 import yaml
 
+from syshaxd.configmodel import SUN_PATH_MAX
 from syshaxd.demo.procs import Child, StartError, StopFlag, Supervisor, wait_until
 
 GPU_PROFILE = "gpu-a100"
@@ -150,6 +152,21 @@ def _group_name() -> str:
         return str(os.getegid())
 
 
+def control_socket(root: Path) -> Path:
+    """Where the demo's daemon listens for the console."""
+    return root / "run" / "control.sock"
+
+
+def runtime_root() -> Path:
+    """A fresh runtime directory in ``$TMPDIR``, or in /tmp when a socket path there would be
+    too long for AF_UNIX (a deep ``$TMPDIR``, e.g. macOS's /var/folders/... or a CI workspace)."""
+    root = Path(tempfile.mkdtemp(prefix="syshax-demo-"))
+    if len(bytes(control_socket(root))) <= SUN_PATH_MAX:
+        return root
+    root.rmdir()
+    return Path(tempfile.mkdtemp(prefix="syshax-demo-", dir="/tmp"))
+
+
 def demo_config(opts: StackOptions, root: Path, ports: dict[str, int], model: str | None) -> dict[str, Any]:
     """The config file the demo's syshaxd runs with."""
     decider: dict[str, Any] = {"policy": opts.policy, **dict(opts.decider)}
@@ -164,7 +181,7 @@ def demo_config(opts: StackOptions, root: Path, ports: dict[str, int], model: st
         "monitor": {"interval": opts.monitor_interval, "scrape_timeout": 2.0},
         "system": {"request_timeout": 300, "shutdown_grace": 3, "max_queue_size": 200},
         "control": {
-            "socket": str(root / "run" / "control.sock"),
+            "socket": str(control_socket(root)),
             "group": _group_name(),
             "state_dir": str(root / "state"),
         },

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,16 +15,6 @@ from textual.widget import Widget
 from console.app import ConsoleApp
 from console.client import ControlClient
 from tests.console.fakedaemon import FakeDaemon, FakeServer, recorded_state
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A directory with a short path (Unix socket paths are limited to ~107 bytes)."""
-    path = Path(tempfile.mkdtemp(prefix="shc-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclass

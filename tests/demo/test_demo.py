@@ -1,7 +1,7 @@
 """``syshax demo`` end to end: real simulator, daemon, load and (in a pseudo-terminal) console.
 
-Each test runs the real command with ``TMPDIR`` pointing into pytest's temporary
-directory, records every process the demo starts while it runs, and checks afterwards
+Each test runs the real command with ``TMPDIR`` pointing into a fresh short directory
+under /tmp (removed afterwards), records every process the demo starts while it runs, and checks afterwards
 that none is left and that its runtime directory (config, logs, control socket) is gone.
 """
 
@@ -145,12 +145,12 @@ def _kill_leftovers(run: DemoRun) -> None:
 
 
 @pytest.fixture
-def headless(tmp_path: Path) -> Iterator[Callable[..., DemoRun]]:
+def headless(tmp_path: Path, short_tmp: Path) -> Iterator[Callable[..., DemoRun]]:
     """Start ``syshax demo --headless ARGS`` with output to a file; kills leftovers at the end."""
     runs: list[DemoRun] = []
 
     def start(*args: str) -> DemoRun:
-        tmpdir = tmp_path / f"tmp{len(runs)}"
+        tmpdir = short_tmp / f"tmp{len(runs)}"  # so the control socket path fits, wherever pytest's tmp is
         tmpdir.mkdir()
         log = tmp_path / f"demo{len(runs)}.out"
         with open(log, "wb") as out:
@@ -240,8 +240,8 @@ def _pty_demo(tmpdir: Path, duration: str = "120") -> tuple[DemoRun, int, list[b
 
 
 @pytest.mark.parametrize("key", [b"q", b"\x03"], ids=["q", "ctrl-c"])
-def test_console_key_stops_everything(tmp_path: Path, key: bytes) -> None:
-    tmpdir = tmp_path / "tmp"
+def test_console_key_stops_everything(short_tmp: Path, key: bytes) -> None:
+    tmpdir = short_tmp / "tmp"
     tmpdir.mkdir()
     run, master, _ = _pty_demo(tmpdir)
     try:
@@ -261,8 +261,8 @@ def test_console_key_stops_everything(tmp_path: Path, key: bytes) -> None:
     _assert_terminal_restored(run.output())
 
 
-def test_duration_ending_under_the_console_restores_the_terminal(tmp_path: Path) -> None:
-    tmpdir = tmp_path / "tmp"
+def test_duration_ending_under_the_console_restores_the_terminal(short_tmp: Path) -> None:
+    tmpdir = short_tmp / "tmp"
     tmpdir.mkdir()
     run, master, _ = _pty_demo(tmpdir, duration="8")
     try:

@@ -102,6 +102,12 @@ CASES: list[tuple[str, str, str]] = [
         "an engine goes stale before it goes down",
     ),
     (
+        "control socket path longer than sun_path",
+        f"control:\n  socket: /run/{'d' * 100}/control.sock\n",
+        "2: control.socket is 118 bytes long; a Unix socket path can be at most 107 bytes "
+        "(choose a shorter directory)",
+    ),
+    (
         "invalid YAML",
         "decider:\n  policy: [classic\n",
         "3:1: invalid YAML: expected ',' or ']', but got '<stream end>' "
@@ -253,3 +259,14 @@ def test_bad_env_value_is_blamed_on_the_variable_not_the_overrides_file(tmp_path
         "environment variable SYSHAX_DECIDER__CPU_MAX_BATCH_SIZE: decider.cpu_max_batch_size: "
         "invalid value -5; allowed: an integer from 0 to 4096"
     )
+
+
+def test_control_socket_path_limit_is_exactly_sun_path(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    fits = "/run/" + "d" * (107 - len("/run//control.sock")) + "/control.sock"
+    assert len(fits) == 107
+    path.write_text(f"control:\n  socket: {fits}\n", encoding="utf-8")
+    assert str(load_config(path, env={}, use_overrides=False).config.control.socket) == fits
+    path.write_text(f"control:\n  socket: {fits[:-5]}x{fits[-5:]}\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match="108 bytes long"):
+        load_config(path, env={}, use_overrides=False)
