@@ -10,6 +10,7 @@ Who may do what is in :mod:`syshaxd.peercred`.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import logging
@@ -120,14 +121,28 @@ class InstanceLock:
             f"(lock {self.path} is held); stop it first, or give this one its own control.socket"
         )
 
+    def in_place(self) -> bool:
+        """Whether the lock file on disk is still the one this lock holds."""
+        if self._fd is None:
+            return False
+        try:
+            return os.stat(self.path).st_ino == os.fstat(self._fd).st_ino
+        except FileNotFoundError:
+            return False
+
+    def forget(self) -> None:
+        """Drop the lock without touching the file (someone deleted it; a new lock took its place)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
     def release(self) -> None:
         """Remove the lock file and drop the lock (unlink first, so no one locks a dead file)."""
         if self._fd is None:
             return
-        try:
-            os.unlink(self.path)
-        except FileNotFoundError:
-            pass
+        if self.in_place():  # not another daemon's lock, made after this one's file was deleted
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
         os.close(self._fd)
         self._fd = None
 
@@ -169,16 +184,93 @@ class ControlSocket:
     sock: socket.socket
     lock: InstanceLock
     gid: int
+    #: (st_dev, st_ino) of the socket file this socket made
+    inode: tuple[int, int] = (0, 0)
+
+    def deleted(self) -> bool:
+        """Whether the socket file is gone from its path (so no new client can connect)."""
+        try:
+            os.stat(self.path)
+        except FileNotFoundError:
+            return True
+        except OSError:
+            return False  # cannot tell (a permission change on the way): leave it alone
+        return False
+
+    def replaced(self) -> bool:
+        """Whether the path now names some other file than the socket this daemon made."""
+        try:
+            st = os.stat(self.path)
+        except OSError:
+            return False
+        return (st.st_dev, st.st_ino) != self.inode
+
+    def remake(self) -> ControlSocket:
+        """A new listening socket at this path after its file was deleted (this one stays open
+        for the clients already connected to it; close it when they are done).
+
+        The lock is kept, or taken again when its file was deleted too (a second daemon may
+        have taken it meanwhile: then :class:`AlreadyRunning`).
+
+        Raises:
+            ControlSocketError: the directory, lock or socket cannot be made again.
+        """
+        lock = self.lock
+        if not lock.in_place():
+            lock = InstanceLock(self.lock.path)
+            try:
+                self.path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+                lock.acquire()
+            except PermissionError:
+                raise ControlSocketError(f"cannot write a lock file in {self.path.parent}: permission denied") from None
+            except OSError as exc:
+                raise ControlSocketError(f"cannot make {self.path.parent} again: {exc.strerror or exc}") from None
+            self.lock.forget()
+            self.lock = lock
+        sock, gid = _listen(self.path, self.gid)
+        return ControlSocket(path=self.path, sock=sock, lock=lock, gid=gid, inode=_inode(self.path))
 
     def close(self) -> None:
-        """Close the socket, remove its file, release the lock (in that order)."""
+        """Close the socket, remove its file (if it is still this socket's), release the lock."""
         self.sock.close()
         try:
-            if stat.S_ISSOCK(os.lstat(self.path).st_mode):
+            st = os.lstat(self.path)
+            if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == self.inode:
                 os.unlink(self.path)
         except FileNotFoundError:
             pass
         self.lock.release()
+
+    def close_socket(self) -> None:
+        """Close only the listening socket (its file was deleted and a new one made)."""
+        self.sock.close()
+
+
+def _inode(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
+def _listen(path: Path, gid: int, backlog: int = 64) -> tuple[socket.socket, int]:
+    """Bind and listen at ``path`` with mode 0660 for ``gid``; returns the socket and the gid it got."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+    try:
+        # Owner-only before the name exists, so no one can connect during setup.
+        os.fchmod(sock.fileno(), 0o600)
+        sock.bind(str(path))
+        try:
+            os.chown(path, -1, gid)
+        except PermissionError:
+            log.warning("cannot give %s to group %s: not a member; keeping gid %d", path, group_name(gid), os.getegid())
+            gid = os.getegid()
+        os.chmod(path, 0o660)
+        sock.listen(backlog)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        path.unlink(missing_ok=True)
+        raise ControlSocketError(f"cannot create control socket {path}: {exc.strerror or exc}") from None
+    return sock, gid
 
 
 def create_control_socket(path: Path, group: str, backlog: int = 64) -> ControlSocket:
@@ -207,24 +299,8 @@ def create_control_socket(path: Path, group: str, backlog: int = 64) -> ControlS
                 "control.group %r does not exist: the control socket belongs to gid %d (%s)",
                 group, gid, group_name(gid),
             )
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        try:
-            # Owner-only before the name exists, so no one can connect during setup.
-            os.fchmod(sock.fileno(), 0o600)
-            sock.bind(str(path))
-            try:
-                os.chown(path, -1, gid)
-            except PermissionError:
-                log.warning("cannot give %s to group %s: not a member; keeping gid %d", path, group, os.getegid())
-                gid = os.getegid()
-            os.chmod(path, 0o660)
-            sock.listen(backlog)
-            sock.setblocking(False)
-        except OSError as exc:
-            sock.close()
-            path.unlink(missing_ok=True)
-            raise ControlSocketError(f"cannot create control socket {path}: {exc.strerror or exc}") from None
+        sock, gid = _listen(path, gid, backlog)
     except BaseException:
         lock.release()
         raise
-    return ControlSocket(path=path, sock=sock, lock=lock, gid=gid)
+    return ControlSocket(path=path, sock=sock, lock=lock, gid=gid, inode=_inode(path))

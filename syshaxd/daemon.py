@@ -60,6 +60,8 @@ UVICORN_GRACE_MARGIN = 5.0
 STATUS_INTERVAL = 2.0
 #: Seconds between checks whether an idle recycle is due.
 RECYCLE_POLL = 1.0
+#: Seconds between checks that the control socket's file is still there.
+CONTROL_CHECK_S = 2.0
 
 
 class DaemonError(Exception):
@@ -133,6 +135,9 @@ class Daemon:
         self._signals = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = ""
+        self._controls: list[ControlSocket] = []  # the control socket, and any made again after a deletion
+        self._remade_servers: list[SignalFreeServer] = []
+        self._remade_tasks: list[asyncio.Task[None]] = []
 
     # -- the run ---------------------------------------------------------------------
 
@@ -142,10 +147,12 @@ class Daemon:
         # the TCP port or the engines, and never deletes the first one's socket.
         control_path = default_socket_path(self.config)
         control = create_control_socket(control_path, self.config.control.group)
+        self._controls = [control]
         try:
             return await self._run_with(control)
         finally:
-            control.close()
+            for made in reversed(self._controls):  # the newest owns the path and the lock
+                made.close()
             self.notifier.close()
 
     async def _run_with(self, control: ControlSocket) -> int:
@@ -195,6 +202,7 @@ class Daemon:
             self._note_ready()
             self.notifier.ready(self.status_text())
             self._start_background(ctx)
+            self._spawn(self._keep_control_socket(ctx))
             if self.config.system.recycle_when_idle and hasattr(os, "memfd_create"):
                 self._spawn(self._recycle_loop(api_sock))
             stopper = asyncio.create_task(self._stop.wait())
@@ -205,7 +213,8 @@ class Daemon:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
             elif self._recycling is not None:
                 await self._stop_accepting_for_recycle(api, servers["API"])
-            await self._shutdown(api, control_api, list(servers.values()), grace)
+            await self._shutdown(api, [control_api, *self._remade_servers],
+                                 [*servers.values(), *self._remade_tasks], grace)
             if self._recycling is not None and not failed and self._signals == 0:
                 self.handover = self._handover(self._recycling)
             return 1 if failed else 0
@@ -234,7 +243,7 @@ class Daemon:
         return bind_tcp(svc.host, svc.port)
 
     async def _shutdown(
-        self, api: SignalFreeServer, control: SignalFreeServer, servers: list[asyncio.Task[None]], grace: float
+        self, api: SignalFreeServer, controls: list[SignalFreeServer], servers: list[asyncio.Task[None]], grace: float
     ) -> None:
         inflight = sum(self.conductor.stats().inflight.values())
         if self._recycling is None or self._signals:
@@ -244,7 +253,8 @@ class Daemon:
         if self._recycling is not None and not self._signals:
             self.bus.publish("recycle", self._recycling)  # the console says why the stream ends
         self.bus.close()  # ends every event stream, so the control server can close
-        control.should_exit = True
+        for control in controls:
+            control.should_exit = True
         api.should_exit = True
         draining = asyncio.create_task(self.conductor.stop(grace))
         force = asyncio.create_task(self._force.wait())
@@ -253,7 +263,8 @@ class Daemon:
         if not draining.done():
             draining.cancel()
             await asyncio.gather(draining, return_exceptions=True)
-            api.force_exit = control.force_exit = True  # uvicorn stops waiting for connections
+            for server in (api, *controls):  # uvicorn stops waiting for connections
+                server.force_exit = True
             await self.conductor.stop(0)
         await asyncio.gather(*servers, return_exceptions=True)
         if self._recycling is None or self._signals:
@@ -436,6 +447,40 @@ class Daemon:
                                 default_model=self.config.models.default)
         except Exception:
             log.exception("startup check failed")
+
+    async def _keep_control_socket(self, ctx: ControlContext) -> None:
+        """Make the control socket again when its file is deleted under the daemon (by hand, or
+        a cleanup of its directory): the console and ``syshax status`` find the daemon again.
+
+        The old socket keeps serving the clients connected to it until the daemon stops.
+        """
+        told = ""
+        while not self._stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), CONTROL_CHECK_S)
+            if self._stop.is_set():
+                return
+            current = self._controls[-1]
+            if current.deleted():
+                try:
+                    fresh = current.remake()
+                except ControlSocketError as exc:
+                    if str(exc) != told:
+                        log.error("control socket %s was deleted and cannot be made again: %s; the console "
+                                  "and syshax status cannot reach this daemon (retrying)", current.path, exc)
+                        told = str(exc)
+                    continue
+                server = control_server(create_control_app(ctx))
+                self._controls.append(fresh)
+                self._remade_servers.append(server)
+                self._remade_tasks.append(asyncio.create_task(server.serve(sockets=[fresh.sock]),
+                                                              name="syshax-control"))
+                log.warning("control socket %s was deleted under the daemon; made it again", current.path)
+                told = ""
+            elif current.replaced() and told != "replaced":
+                log.error("control socket %s now names a file this daemon did not make; the console and "
+                          "syshax status cannot reach it until it restarts", current.path)
+                told = "replaced"
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)

@@ -156,3 +156,70 @@ def test_socket_location_follows_config_systemd_root_and_user(monkeypatch: pytes
     assert default_socket_path(None, {"XDG_RUNTIME_DIR": "/run/user/1000"}) == user
     assert default_socket_path(None, {}) == Path("/tmp/syshax-1000/control.sock")
     assert client_socket_candidates(None, {"XDG_RUNTIME_DIR": "/run/user/1000"}) == [SYSTEM_SOCKET, user]
+
+
+def test_remade_socket_owns_the_path_and_closing_the_old_one_leaves_it(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    first = create_control_socket(path, "nogroup")
+    fresh = None
+    try:
+        assert not first.deleted() and not first.replaced()
+        path.unlink()
+        assert first.deleted()
+        fresh = first.remake()
+        assert stat.S_ISSOCK(os.stat(path).st_mode) and stat.S_IMODE(os.stat(path).st_mode) == 0o660
+        assert not fresh.deleted() and not fresh.replaced()
+        assert first.replaced()  # the path is the new socket's now
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(str(path))  # the new socket listens
+        with pytest.raises(AlreadyRunning):  # the lock was kept
+            create_control_socket(path, "nogroup")
+        first.close()  # the old one's close must not take the new socket's file
+        assert path.exists()
+    finally:
+        if fresh is not None:
+            fresh.close()
+        first.close()
+    assert not path.exists()
+    assert not path.with_name("control.sock.lock").exists()
+
+
+def test_remake_after_the_directory_went_takes_the_lock_again(public_dir: Path) -> None:
+    run = public_dir / "run"
+    path = run / "control.sock"
+    first = create_control_socket(path, "nogroup")
+    try:
+        for entry in run.iterdir():
+            entry.unlink()
+        run.rmdir()
+        fresh = first.remake()
+        try:
+            assert path.with_name("control.sock.lock").read_text().strip() == str(os.getpid())
+            with pytest.raises(AlreadyRunning):
+                create_control_socket(path, "nogroup")
+        finally:
+            fresh.close()
+    finally:
+        first.close()
+    assert not path.exists() and not path.with_name("control.sock.lock").exists()
+
+
+def test_remake_when_another_daemon_took_the_lock_meanwhile_is_refused(public_dir: Path) -> None:
+    path = public_dir / "control.sock"
+    first = create_control_socket(path, "nogroup")
+    try:
+        path.unlink()
+        path.with_name("control.sock.lock").unlink()
+        other = create_control_socket(path, "nogroup")  # the path was free: someone took it
+        try:
+            with pytest.raises(AlreadyRunning):
+                first.remake()
+            assert first.replaced() and not first.deleted()
+            first.close()  # and the first daemon's stop leaves the other's socket and lock alone
+            assert path.exists() and path.with_name("control.sock.lock").exists()
+            with pytest.raises(AlreadyRunning):
+                create_control_socket(path, "nogroup")
+        finally:
+            other.close()
+    finally:
+        first.close()
