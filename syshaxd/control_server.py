@@ -194,7 +194,7 @@ class ControlSocket:
         except FileNotFoundError:
             return True
         except OSError:
-            return False  # cannot tell (a permission change on the way): leave it alone
+            pass  # cannot tell (a permission change on the way): leave it alone
         return False
 
     def replaced(self) -> bool:
@@ -240,10 +240,6 @@ class ControlSocket:
         except FileNotFoundError:
             pass
         self.lock.release()
-
-    def close_socket(self) -> None:
-        """Close only the listening socket (its file was deleted and a new one made)."""
-        self.sock.close()
 
 
 def _inode(path: Path) -> tuple[int, int]:
