@@ -25,9 +25,6 @@ from bench._common import free_port, wait_http
 REQUEST_TIMEOUT = 60.0
 #: Per device; 1,000 clients leave a few hundred requests queued at any time.
 BATCH_LIMIT = 384
-#: Seconds idle before the daemon's idle recycle (the default is 30): shorter, so the soak
-#: does not spend minutes waiting; the recycle itself is the same.
-RECYCLE_IDLE_SECONDS = 10.0
 
 # -- engines -------------------------------------------------------------------------------
 
@@ -147,8 +144,7 @@ def stack(tmp: Path, clients: int) -> Iterator[tuple[str, Engines, subprocess.Po
             # Batch limits well above the defaults, so most clients stream at once and the
             # rest wait in the admission queue: both paths are under load.
             "decider": {"policy": "classic", "gpu_max_batch_size": BATCH_LIMIT, "cpu_max_batch_size": BATCH_LIMIT},
-            "system": {"max_queue_size": clients * 2, "request_timeout": REQUEST_TIMEOUT, "shutdown_grace": 5,
-                       "recycle_idle_seconds": RECYCLE_IDLE_SECONDS},
+            "system": {"max_queue_size": clients * 2, "request_timeout": REQUEST_TIMEOUT, "shutdown_grace": 5},
             "monitor": {"startup_check": False},  # default interval and timeouts, as deployed
             "control": {"socket": str(tmp / "control.sock"), "state_dir": str(tmp / "state")},
         }

@@ -46,17 +46,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import results_dir  # noqa: E402
 from bench._soak_clients import Tally, Workers, body, health_probe, worker_main  # noqa: E402
-from bench._soak_stack import RECYCLE_IDLE_SECONDS, Chaos, Engines, Sample, Sampler, phases, stack  # noqa: E402
-from syshaxd.configmodel import System  # noqa: E402
+from bench._soak_stack import Chaos, Engines, Sample, Sampler, phases, stack  # noqa: E402
 from syshaxd.loadgen import percentile, stream_chat  # noqa: E402
 
 console = Console()
 #: Pooled keep-alive connections to engines expire after httpx's default 5 s.
 SETTLE_SECONDS = 6.0
-#: The daemon's log lines that begin and end an idle recycle.
-RECYCLING, RECYCLED = "recycling: idle", "recycled: RSS"
-RECYCLE_RATIO: float = System.model_fields["recycle_rss_ratio"].default
 WITHIN = 0.10  # "back within 10 % of the baseline"
+#: Round over round the daemon's RSS must not grow: a few per cent is allocator noise.
+ROUND_OVER_ROUND = 0.03
 #: Idle keep-alive connections to the engines and the monitor come and go: a few fds either way.
 FD_SLACK = 8
 #: Clients per worker process: one Python event loop drives a few hundred streams smoothly.
@@ -120,12 +118,10 @@ async def trimmed(client: httpx.AsyncClient, url: str, since: float, timeout: fl
     return False
 
 
-async def settle(url: str, log_path: Path, sampler: Sampler, cold: Sample) -> tuple[bool, dict[str, Any] | None]:
+async def settle(url: str) -> bool:
     """After load: wait for the conductor to go idle, let pooled connections expire, then send a
     little traffic to both engines (httpx closes expired connections when a pool is next used),
-    and wait for the daemon's idle trim and, when its memory grew, its idle recycle.
-
-    Returns whether in-flight work drained, and the recycle (from the daemon's log) if one ran.
+    and wait for the daemon's idle trim. Returns whether in-flight work drained.
     """
     async with httpx.AsyncClient(timeout=30) as client:
         idle = await conductor_idle(client, url)
@@ -135,37 +131,9 @@ async def settle(url: str, log_path: Path, sampler: Sampler, cold: Sample) -> tu
             await stream_chat(client, f"{url}/v1/chat/completions", body(i))
         await client.post(f"{url}/v1/chat/pd_disagg", json={**body(0), "stream": False})
         drained = idle and await conductor_idle(client, url)
-        quiet_since = time.monotonic()
         # Sample idle memory as an operator would see it a few seconds after traffic stops.
         await trimmed(client, url, trims)
-    return drained, await recycled(log_path, sampler, cold, quiet_since)
-
-
-async def recycled(log_path: Path, sampler: Sampler, cold: Sample, quiet_since: float) -> dict[str, Any] | None:
-    """Wait out the daemon's idle recycle if its memory is near the ratio that triggers one.
-
-    The daemon decides (``recycle_rss_ratio`` of its RSS when first ready); the soak only
-    avoids waiting when RSS is clearly below that, and reads the outcome from the log.
-    """
-    text = _read(log_path)
-    begun_before, done_before = text.count(RECYCLING), text.count(RECYCLED)
-    if sampler.sample().rss < 0.9 * RECYCLE_RATIO * cold.rss:
-        return None
-    deadline, finish_by = quiet_since + RECYCLE_IDLE_SECONDS + 5.0, 0.0
-    while True:
-        text = _read(log_path)
-        if text.count(RECYCLED) > done_before:
-            line = text[text.rindex(RECYCLED):].split("\n", 1)[0]
-            found = re.search(r"RSS ([\d.]+) MB -> ([\d.]+) MB .* up to ([\d.]+) s", line)
-            return ({"rss_before_mb": float(found[1]), "rss_after_mb": float(found[2]), "pause_s": float(found[3])}
-                    if found else {"line": line})
-        if text.count(RECYCLING) > begun_before:
-            finish_by = finish_by or time.monotonic() + 60  # begun: it must finish
-            if time.monotonic() > finish_by:
-                raise RuntimeError("the daemon began an idle recycle and did not finish it within 60 s")
-        elif time.monotonic() > deadline:
-            return None
-        await asyncio.sleep(0.2)
+    return drained
 
 
 async def drive(workers: Workers, seconds: float, progress: Progress, sampler: Sampler, chaos: Chaos) -> float:
@@ -194,7 +162,7 @@ def daemon_outcomes(log: str) -> dict[str, int]:
 
 
 async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs: int, sampler: Sampler,
-                    log_path: Path, label: str, cold: Sample) -> dict[str, Any]:
+                    log_path: Path, label: str) -> dict[str, Any]:
     """One measured round: the load with its fault schedule, then settle and sample."""
     schedule = [] if args.no_faults else phases(args.duration, kill=args.duration >= 20 and not args.no_kill)
     chaos = Chaos(engines, schedule, label)
@@ -219,7 +187,7 @@ async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs:
     right_after = sampler.sample()
     async with httpx.AsyncClient(timeout=30) as client:
         metrics1 = await daemon_metrics(client, url)
-    drained, recycle = await settle(url, log_path, sampler, cold)
+    drained = await settle(url)
     end = sampler.sample()
     await asyncio.wait_for(probe.wait(), 60)
     client_cpu1, daemon_cpu1 = _children_cpu(), sampler.proc.cpu_times()
@@ -227,7 +195,6 @@ async def one_round(args: argparse.Namespace, url: str, engines: Engines, procs:
     lag = json.loads(_read(probe_out)) if probe_out.exists() else []
     return {"tally": workers.tally, "wall": wall, "lag": lag, "outcomes": outcomes, "drained": drained,
             "right_after": right_after, "end": end, "schedule": schedule, "failures": chaos.failures,
-            "recycle": recycle,
             "loop_lag": {"p50": lag_quantile(metrics0, metrics1, 0.5), "p99": lag_quantile(metrics0, metrics1, 0.99),
                          "max": lag_quantile(metrics0, metrics1, 1.0),
                          "samples": metrics1.get("syshax_event_loop_lag_seconds_count", 0.0)
@@ -250,11 +217,11 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             warm_seconds = min(5.0, max(1.0, args.duration * 0.1))
             # The first burst sizes pools and caches: the baseline is taken after it has settled.
             await Workers(Path(__file__), url, args.clients, warm_seconds, procs).run()
-            await settle(url, log_path, sampler, cold)
+            await settle(url)
             baseline = sampler.sample()
         sampler.start()
         rounds = [await one_round(args, url, engines, procs, sampler, log_path, f"round {i + 1}/{args.rounds}",
-                                  cold) for i in range(args.rounds)]
+                                  ) for i in range(args.rounds)]
         await sampler.stop()
         tracebacks = _read(log_path).count("Traceback")
         if args.logs:
@@ -294,7 +261,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
              "daemon_outcomes": r["outcomes"], "daemon_cpu_s": round(r["daemon_cpu"], 1),
              "client_cpu_s": round(r["client_cpu"], 1), "health_p99_ms": _ms(percentile(r["lag"], 0.99)),
              "loop_lag_ms": {k: (round(v, 1) if k == "samples" else _ms(v)) for k, v in r["loop_lag"].items()},
-             "fault_switch_failures": r["failures"], "idle_recycle": r["recycle"]}
+             "fault_switch_failures": r["failures"]}
             for i, r in enumerate(rounds)
         ],
         "daemon": {"cold": cold.as_dict(), "baseline": baseline.as_dict(), "peak": peak.as_dict(),
@@ -310,7 +277,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
         "drained": drained, "daemon_tracebacks": tracebacks,
         "phases": [{"at_s": round(at, 1), "phase": name} for at, name, _ in rounds[0]["schedule"]],
         "verdicts": verdicts(tally.lost, drained, tracebacks, cold.as_dict(), baseline.as_dict(), first_end, end,
-                             len(rounds)),
+                             len(rounds)) + round_over_round([r["end"].as_dict() for r in rounds]),
     }
 
 
@@ -364,12 +331,16 @@ def verdicts(lost: int, drained: bool, tracebacks: int, cold: dict[str, Any], ba
     return out
 
 
-def _recycle_text(recycle: dict[str, Any] | None) -> str:
-    if not recycle:
-        return "-"
-    if "pause_s" not in recycle:
-        return "yes"
-    return f"{recycle['rss_before_mb']:.0f} -> {recycle['rss_after_mb']:.0f} MB, {recycle['pause_s']:.1f} s"
+def round_over_round(ends: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """The memory goal: the daemon's RSS after each round is not above the previous round's."""
+    out = []
+    for i in range(1, len(ends)):
+        before, after = ends[i - 1]["rss_mb"], ends[i]["rss_mb"]
+        change = (after - before) / before if before else 0.0
+        out.append({"target": f"RSS after round {i + 1} not above round {i}'s (+{ROUND_OVER_ROUND:.0%} slack)",
+                    "measured": f"{before} MB -> {after} MB ({change:+.1%})",
+                    "verdict": "met" if change <= ROUND_OVER_ROUND else "missed"})
+    return out
 
 
 def _ms(value: float | None) -> float | None:
@@ -403,13 +374,13 @@ def show(report: dict[str, Any]) -> None:
         table.add_row(name, str(value))
     console.print(table)
     per = Table(title="Rounds")
-    for col in ("round", "requests", "ok", "clean", "lost", "daemon outcomes", "RSS MB/fds after", "idle recycle",
+    for col in ("round", "requests", "ok", "clean", "lost", "daemon outcomes", "RSS MB/fds after",
                 "loop lag p99", "health p99", "switch fails"):
         per.add_column(col, justify="left" if col == "daemon outcomes" else "right")
     for r in report["per_round"]:
         per.add_row(str(r["round"]), str(r["requests"]), str(r["completed"]), str(r["clean_errors"]), str(r["lost"]),
                     ", ".join(f"{k} {v}" for k, v in sorted(r["daemon_outcomes"].items())),
-                    f"{r['end']['rss_mb']} / {r['end']['fds']}", _recycle_text(r["idle_recycle"]),
+                    f"{r['end']['rss_mb']} / {r['end']['fds']}",
                     str(r["loop_lag_ms"]["p99"]), str(r["health_p99_ms"]),
                     str(len(r["fault_switch_failures"])))
     console.print(per)

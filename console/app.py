@@ -32,15 +32,13 @@ from console.widgets.decisions import DecisionLogPanel
 from console.widgets.device import DevicePanel
 from console.widgets.numa import NumaPanel
 from console.widgets.status import Status, StatusBar
-from syshaxd.schema import DecisionModel, RecycleModel, StateModel
+from syshaxd.schema import DecisionModel, StateModel
 
 BACKOFF_MIN = 0.5
 #: Seconds between decision log updates: a table redraw costs more than every other
 #: panel together, and a log that scrolls faster than once a second is not read anyway.
 LOG_INTERVAL = 1.0
 BACKOFF_MAX = 5.0
-#: Seconds after an idle-recycle notice during which a lost connection is explained by it.
-RECYCLE_PATIENCE = 15.0
 
 
 class ConsoleApp(ConsoleKeys):
@@ -162,7 +160,6 @@ class ConsoleApp(ConsoleKeys):
     async def follow_events(self) -> None:
         """Follow the daemon's events for as long as the app runs, reconnecting as needed."""
         backoff = BACKOFF_MIN
-        recycle_seen: float | None = None  # when the daemon last said it is replacing its process
         while True:
             problem: str
             try:
@@ -170,14 +167,11 @@ class ConsoleApp(ConsoleKeys):
                 self.on_state(await client.state())
                 self._set_connected(True)
                 backoff = BACKOFF_MIN
-                recycle_seen = None
                 async for event in client.events():
                     if isinstance(event, StateModel):
                         self.on_state(event)
                     elif isinstance(event, DecisionModel):
                         self.on_decisions((event,))
-                    elif isinstance(event, RecycleModel):
-                        recycle_seen = time.monotonic()
                     else:
                         self.on_change(event)
                 problem = "the daemon closed the event stream"
@@ -187,10 +181,6 @@ class ConsoleApp(ConsoleKeys):
                 problem = exc.message
             except Exception as exc:  # a bug here must not close the operator's console
                 problem = f"internal error: {type(exc).__name__}: {exc}"
-            if recycle_seen is not None and time.monotonic() - recycle_seen < RECYCLE_PATIENCE:
-                # The new image answers within a second or two: say so, and keep trying often.
-                problem = "syshaxd is replacing its process to hand memory back (idle recycle); back in a moment"
-                backoff = BACKOFF_MIN / 2
             self._problem = problem
             self._retry_at = time.monotonic() + backoff
             self._set_connected(False)

@@ -20,18 +20,16 @@ from syshaxd.schema import (
     DecisionModel,
     ErrorModel,
     PatchBody,
-    RecycleModel,
     StateModel,
 )
 
 #: What ``events()`` yields: one parsed event of the ``/v1/events`` stream.
-Event = StateModel | DecisionModel | ConfigChangeModel | RecycleModel
+Event = StateModel | DecisionModel | ConfigChangeModel
 
 _EVENT_MODELS: dict[str, type[BaseModel]] = {
     "state": StateModel,
     "decision": DecisionModel,
     "config": ConfigChangeModel,
-    "recycle": RecycleModel,
 }
 
 # The daemon sends a state event several times a second: a stream silent this long is dead.

@@ -77,15 +77,12 @@ def fmt_uptime(seconds: float) -> str:
 
 
 def fmt_memory(memory: MemoryModel) -> str | None:
-    """The daemon's own RSS and its idle recycles: "64 MB", "64 MB, recycled 2x (101→63 MB)"."""
+    """The daemon's own RSS, and how far it grew since it was first ready: "64 MB (+3%)"."""
     if memory.rss is None:
         return None
     text = f"{memory.rss / 2**20:.0f} MB"
-    if memory.recycles:
-        text += f", recycled {memory.recycles}x"
-        last = memory.recent_recycles[-1] if memory.recent_recycles else None
-        if last is not None and last.rss_after is not None:
-            text += f" ({last.rss_before / 2**20:.0f}→{last.rss_after / 2**20:.0f} MB)"
+    if memory.rss_start:
+        text += f" ({(memory.rss / memory.rss_start - 1) * 100:+.0f}%)"
     return text
 
 

@@ -261,7 +261,7 @@ def load_config(
     if path is not None:
         data, lines = read_config_file(path)
         origins = {k: f"{path}:{n}" for k, n in lines.items()}
-        validate(data, str(path), origins)  # report file mistakes against the file itself
+        validate(data, str(path), origins, warn_retired=True)  # report file mistakes against the file itself
         sources.update({k: f"file {path}" for k, _ in _flatten(data)})
 
     _check_env_names(env)
@@ -334,7 +334,7 @@ def set_in_file(path: Path, dotted: str, raw: Any) -> Any:
     }
     origins[dotted] = ""  # the new value is on the command line, not in the file
     try:
-        config = validate(plain, str(path), origins)
+        config = validate(plain, str(path), origins, warn_retired=True)
     except ConfigError as exc:
         raise ConfigError(f"{exc} ({path} left unchanged)", key=exc.key) from None
     text = edited_text(doc, dotted, value)

@@ -164,7 +164,7 @@ class Models(_Strict):
 
 
 class System(_Strict):
-    """Admission queue, timeouts, the graceful stop and the idle recycle."""
+    """Admission queue, timeouts and the graceful stop."""
 
     max_queue_size: int = Field(
         default=100,
@@ -180,19 +180,6 @@ class System(_Strict):
         ge=0,
         le=3600,
         description="Seconds in-flight requests may finish after SIGTERM",
-    )
-    recycle_when_idle: bool = Field(
-        default=True,
-        description="Replace the process in place (same pid, sockets and state) when idle and its memory has grown",
-    )
-    recycle_idle_seconds: float = Field(
-        default=30.0, ge=1, le=86_400, description="Seconds without a request before an idle recycle"
-    )
-    recycle_rss_ratio: float = Field(
-        default=1.25,
-        ge=1.05,
-        le=100,
-        description="Recycle only when RSS is at least this many times the RSS at the first start",
     )
 
 

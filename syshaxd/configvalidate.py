@@ -7,6 +7,7 @@ the closest real key.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -15,6 +16,17 @@ from pydantic import BaseModel, ValidationError
 from syshaxd.configfile import ConfigError
 from syshaxd.configkeys import KeyInfo, allowed_text, fields_at, section_fields, suggest
 from syshaxd.configmodel import Config, all_keys
+
+log = logging.getLogger("syshaxd.config")
+
+_RECYCLE_GONE = "the idle self-re-exec is gone (memory is trimmed in place when idle): remove the key"
+#: Keys an earlier version took and this one no longer has. They are dropped with a warning,
+#: not refused: a config file that started the daemon yesterday must start it after an upgrade.
+RETIRED_KEYS: dict[str, str] = {
+    "system.recycle_when_idle": _RECYCLE_GONE,
+    "system.recycle_idle_seconds": _RECYCLE_GONE,
+    "system.recycle_rss_ratio": _RECYCLE_GONE,
+}
 
 
 def _display_key(loc: tuple[str | int, ...]) -> str:
@@ -118,11 +130,34 @@ def prune_null_sections(data: Mapping[str, Any], model: type[BaseModel]) -> dict
     return out
 
 
+def drop_retired(
+    data: Mapping[str, Any], origins: Mapping[str, str] | None = None, source: str | None = None,
+    *, warn: bool = True,
+) -> dict[str, Any]:
+    """``data`` without the :data:`RETIRED_KEYS`; each one found is logged as a warning if ``warn``."""
+    out = dict(data)
+    for key, why in RETIRED_KEYS.items():
+        section, _, leaf = key.partition(".")
+        inner = out.get(section)
+        if isinstance(inner, Mapping) and leaf in inner:
+            out[section] = {k: v for k, v in inner.items() if k != leaf}
+            if not warn:
+                continue
+            where = (origins or {}).get(key) or source
+            log.warning("%s%s is retired and ignored: %s", f"{where}: " if where else "", key, why)
+    return out
+
+
 def validate(
-    data: Mapping[str, Any], source: str | None = None, origins: Mapping[str, str] | None = None
+    data: Mapping[str, Any], source: str | None = None, origins: Mapping[str, str] | None = None,
+    *, warn_retired: bool = False,
 ) -> Config:
-    """Validate a raw mapping into a :class:`Config`, or raise :class:`ConfigError`."""
+    """Validate a raw mapping into a :class:`Config`, or raise :class:`ConfigError`.
+
+    Retired keys are dropped; ``warn_retired`` logs each (once per file read, not per layer).
+    """
+    kept = drop_retired(data, origins, source, warn=warn_retired)
     try:
-        return Config.model_validate(prune_null_sections(data, Config))
+        return Config.model_validate(prune_null_sections(kept, Config))
     except ValidationError as exc:
         raise format_validation_error(exc, origins or {}, source) from None

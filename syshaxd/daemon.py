@@ -3,8 +3,7 @@
 Both HTTP servers (the API on TCP, the control API on a Unix socket) run in one event loop.
 The daemon, not uvicorn, owns the signals: SIGTERM/SIGINT drain and stop (a second one
 stops at once), SIGHUP rereads the config files. systemd hears about it all through
-sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING). Once idle after a burst that left
-its memory grown, the daemon replaces its process image in place (:mod:`syshaxd.recycle`).
+sd_notify (READY, STATUS, WATCHDOG, RELOADING, STOPPING).
 """
 
 from __future__ import annotations
@@ -30,16 +29,8 @@ from syshaxd.control_server import (
 from syshaxd.control_state import build_state
 from syshaxd.events import EventBus
 from syshaxd.peercred import AccessPolicy
-from syshaxd.recycle import (
-    KEEP_RECYCLES,
-    Handover,
-    IdleRecycle,
-    config_data,
-    current_rss,
-    exec_new_image,
-)
 from syshaxd.runtime import RuntimeConfig
-from syshaxd.schema import ConfigChangeModel, MemoryModel, RecycleModel, StateModel
+from syshaxd.schema import ConfigChangeModel, MemoryModel, StateModel
 from syshaxd.serving import (
     BindError,
     SignalFreeServer,
@@ -58,8 +49,6 @@ log = logging.getLogger("syshaxd")
 UVICORN_GRACE_MARGIN = 5.0
 #: Seconds between STATUS= refreshes.
 STATUS_INTERVAL = 2.0
-#: Seconds between checks whether an idle recycle is due.
-RECYCLE_POLL = 1.0
 #: Seconds between checks that the control socket's file is still there.
 CONTROL_CHECK_S = 2.0
 
@@ -68,14 +57,10 @@ class DaemonError(Exception):
     """The daemon cannot start; the message is for the operator."""
 
 
-def run_daemon(loaded: LoadedConfig, handover: Handover | None = None) -> int:
-    """Serve until stopped; 0 after a clean stop, 1 when the daemon cannot start.
-
-    After an idle recycle this does not return: the process becomes a fresh image of
-    syshaxd, which takes the listening socket and the handover.
-    """
+def run_daemon(loaded: LoadedConfig) -> int:
+    """Serve until stopped; 0 after a clean stop, 1 when the daemon cannot start."""
     apply_log_level(loaded.config.logging.level)
-    daemon = Daemon(loaded, handover)
+    daemon = Daemon(loaded)
     try:
         code = asyncio.run(daemon.run())
     except (DaemonError, ControlSocketError, BindError) as exc:
@@ -84,8 +69,6 @@ def run_daemon(loaded: LoadedConfig, handover: Handover | None = None) -> int:
     except ConfigError as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
         return 2
-    if daemon.handover is not None and daemon.kept_fd is not None:
-        return exec_new_image(daemon.kept_fd, daemon.handover, daemon.notifier.address)
     return code
 
 
@@ -102,7 +85,7 @@ def apply_log_level(level: str) -> None:
 class Daemon:
     """One run of syshaxd: build the parts, serve, drain, clean up."""
 
-    def __init__(self, loaded: LoadedConfig, previous: Handover | None = None) -> None:
+    def __init__(self, loaded: LoadedConfig) -> None:
         self.loaded = loaded
         self.config = loaded.config
         self.specs = engine_specs(self.config)
@@ -110,27 +93,11 @@ class Daemon:
         self.bus = EventBus()
         self.notifier = Notifier.from_env()
         self.started = time.monotonic()
-        #: The handover this image started from (None on a cold start).
-        self.previous = previous
-        #: RSS when first ready, kept across recycles (None until ready).
+        #: RSS when first ready (None until ready).
         self.rss_start: int | None = None
-        self.recycles = 0
-        self.recent_recycles: list[RecycleModel] = []
-        if previous is not None:
-            self.started = previous.started_monotonic
-            self.runtime.restore_flags(previous.engine_flags, previous.last_saved)
-            self.rss_start = previous.rss_start
-            self.recycles = previous.recycles
-            self.recent_recycles = list(previous.recent_recycles)
-        #: Set when this image is to be replaced: the handover and the listening socket's duplicate.
-        self.handover: Handover | None = None
-        self.kept_fd: int | None = None
-        self._recycling: RecycleModel | None = None
-        self._began_recycle = 0.0
         self.bound_cpus: tuple[int, ...] = ()
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
-        self._stop_requested = asyncio.Event()  # SIGTERM/SIGINT (_stop is also set by a recycle)
         self._reload_lock = asyncio.Lock()
         self._signals = 0
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -167,8 +134,6 @@ class Daemon:
         host = await asyncio.to_thread(HostSampler, bound_cpus=self.bound_cpus)
         self.monitor = Monitor(self.specs, self.config.monitor, host=host)
         self.conductor = Conductor(config=self.config, runtime=self.runtime, monitor=self.monitor, bus=self.bus)
-        if self.previous is not None:
-            self.conductor.counters.restore(self.previous.stats)
         upstreams = self.conductor.upstreams
         self.monitor.answered_at = lambda name: upstreams[name].answered_at if name in upstreams else None
         self.runtime.on_change(self._on_config_change)
@@ -199,24 +164,18 @@ class Daemon:
                 "syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
                 describe(api_sock), control.path, len(self.specs), self.runtime.policy_name,
             )
-            self._note_ready()
+            self.rss_start = current_rss()
             self.notifier.ready(self.status_text())
             self._start_background(ctx)
             self._spawn(self._keep_control_socket(ctx))
-            if self.config.system.recycle_when_idle and hasattr(os, "memfd_create"):
-                self._spawn(self._recycle_loop(api_sock))
             stopper = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopper, *servers.values()], return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             failed = [name for name, task in servers.items() if task in done]
             if failed:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
-            elif self._recycling is not None:
-                await self._stop_accepting_for_recycle(api, servers["API"])
             await self._shutdown(api, [control_api, *self._remade_servers],
                                  [*servers.values(), *self._remade_tasks], grace)
-            if self._recycling is not None and not failed and self._signals == 0:
-                self.handover = self._handover(self._recycling)
             return 1 if failed else 0
         finally:
             for task in self._tasks:
@@ -234,10 +193,7 @@ class Daemon:
                 extra.close()
             sock = activated[0]
             sock.setblocking(False)
-            if self.previous is not None:
-                log.info("serving on the API socket %s kept across the recycle", describe(sock))
-            else:
-                log.info("using the socket-activated API socket %s", describe(sock))
+            log.info("using the socket-activated API socket %s", describe(sock))
             return sock
         svc = self.config.services.conductor
         return bind_tcp(svc.host, svc.port)
@@ -246,12 +202,9 @@ class Daemon:
         self, api: SignalFreeServer, controls: list[SignalFreeServer], servers: list[asyncio.Task[None]], grace: float
     ) -> None:
         inflight = sum(self.conductor.stats().inflight.values())
-        if self._recycling is None or self._signals:
-            log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
-            self.notifier.stopping()
-            self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
-        if self._recycling is not None and not self._signals:
-            self.bus.publish("recycle", self._recycling)  # the console says why the stream ends
+        log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
+        self.notifier.stopping()
+        self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
         self.bus.close()  # ends every event stream, so the control server can close
         for control in controls:
             control.should_exit = True
@@ -267,15 +220,13 @@ class Daemon:
                 server.force_exit = True
             await self.conductor.stop(0)
         await asyncio.gather(*servers, return_exceptions=True)
-        if self._recycling is None or self._signals:
-            log.info("syshaxd stopped")
+        log.info("syshaxd stopped")
 
     # -- signals, reload, status -----------------------------------------------------
 
     def request_stop(self, sig: int | None = None) -> None:
         """Begin a graceful stop; a second request stops at once."""
         self._signals += 1
-        self._stop_requested.set()
         if self._signals > 1:
             log.warning("second stop request: cancelling what is still running")
             self._force.set()
@@ -331,85 +282,8 @@ class Daemon:
         )
 
     def memory(self) -> MemoryModel:
-        """The daemon's RSS now and at the start, and its recycles."""
-        return MemoryModel(rss=current_rss(), rss_start=self.rss_start, recycles=self.recycles,
-                           recent_recycles=self.recent_recycles)
-
-    # -- the idle recycle (syshaxd.recycle) -------------------------------------------
-
-    def _note_ready(self) -> None:
-        rss = current_rss()
-        if self.rss_start is None:
-            self.rss_start = rss
-        if self.previous is None or not self.recent_recycles:
-            return
-        last = self.recent_recycles[-1]
-        pause = time.monotonic() - self.previous.began_monotonic
-        self.recent_recycles[-1] = last.model_copy(update={"rss_after": rss, "pause": pause})
-        log.info("recycled: RSS %.1f MB -> %.1f MB (%.1f MB at the first start); new connections waited "
-                 "up to %.1f s", last.rss_before / 2**20, rss / 2**20, self.rss_start / 2**20, pause)
-
-    async def _recycle_loop(self, api_sock: socket.socket) -> None:
-        system = self.config.system
-        assert self.rss_start is not None
-        watch = IdleRecycle(busy=self.conductor.busy, served=lambda: self.conductor.counters.requests_total,
-                            rss=current_rss, rss_start=self.rss_start, idle_s=system.recycle_idle_seconds,
-                            ratio=system.recycle_rss_ratio)
-        while not self._stop.is_set():
-            await asyncio.sleep(RECYCLE_POLL)
-            if watch.tick():
-                self._begin_recycle(api_sock)
-                return
-
-    def _begin_recycle(self, api_sock: socket.socket) -> None:
-        rss = current_rss()
-        assert self.rss_start is not None
-        try:
-            self.kept_fd = os.dup(api_sock.fileno())
-        except OSError as exc:
-            log.warning("cannot recycle: %s", exc)
-            return
-        self._began_recycle = time.monotonic()
-        self._recycling = RecycleModel(at=time.time(), rss_before=rss)
-        text = (f"recycling: idle, RSS {rss / 2**20:.0f} MB is {rss / self.rss_start:.2f}x the "
-                f"{self.rss_start / 2**20:.0f} MB at start; replacing the process in place")
-        log.info("%s", text)
-        self.notifier.reloading()
-        self.notifier.status(text)
-        self._stop.set()
-
-    async def _stop_accepting_for_recycle(self, api: SignalFreeServer, api_task: asyncio.Task[None]) -> None:
-        """The API stops accepting and answers what came meanwhile, to the end.
-
-        The listening socket's duplicate keeps new connections waiting for the next image.
-        A request that slipped in as the recycle began may run as long as any request
-        (``system.request_timeout``): nothing waits for the recycle, so it is not cut at the
-        shutdown grace -- unless a stop is requested meanwhile, which drains as usual.
-        """
-        longest = self.config.system.request_timeout + UVICORN_GRACE_MARGIN
-        api.config.timeout_graceful_shutdown = max(1, int(longest))
-        api.should_exit = True
-        stop = asyncio.create_task(self._stop_requested.wait())
-        await asyncio.wait([api_task, stop], timeout=longest + 1, return_when=asyncio.FIRST_COMPLETED)
-        stop.cancel()
-
-    def _handover(self, recycling: RecycleModel) -> Handover:
-        loaded = self.runtime.loaded()
-        assert self.rss_start is not None
-        return Handover(
-            config=config_data(loaded.config),
-            config_path=str(loaded.path) if loaded.path else None,
-            overrides_path=str(loaded.overrides_path) if loaded.overrides_path else None,
-            sources=loaded.sources,
-            last_saved=self.runtime.last_saved,
-            engine_flags=self.runtime.all_engine_flags(),
-            stats=self.conductor.counters.export(),
-            started_monotonic=self.started,
-            rss_start=self.rss_start,
-            recycles=self.recycles + 1,
-            recent_recycles=[*self.recent_recycles, recycling][-KEEP_RECYCLES:],
-            began_monotonic=self._began_recycle,
-        )
+        """The daemon's RSS now and when it was first ready."""
+        return MemoryModel(rss=current_rss(), rss_start=self.rss_start)
 
     def status_text(self) -> str:
         """One line for ``systemctl status``: engines, in flight, queued, totals."""
@@ -430,8 +304,7 @@ class Daemon:
         # llamacpp-slots: check every pair now, so a mismatch is in the log at start; the
         # first split waits for this verdict, and none runs between unmatched servers.
         self._spawn(self.conductor.dispatcher.startup_checks())
-        if self.previous is None:  # a recycled image's engines were checked at the first start
-            self._spawn(self._startup_check())
+        self._spawn(self._startup_check())
         self._spawn(self._status_loop())
         interval = watchdog_interval()
         if interval is not None and self.notifier.enabled:
@@ -511,3 +384,12 @@ def _bound_cpus() -> tuple[int, ...]:
     except Exception as exc:  # no sysfs (containers) or an odd topology: the console just marks none
         log.debug("no NUMA plan for this host: %s", exc)
         return ()
+
+
+def current_rss() -> int:
+    """This process's resident set size in bytes (0 where /proc cannot tell)."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0

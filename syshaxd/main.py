@@ -24,13 +24,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the daemon until stopped. Exit 2 on a configuration error."""
     args = parse_args(argv)
-    from syshaxd.recycle import take_handover
-
-    # After an idle recycle the earlier image of this process hands over its running config
-    # (unsaved runtime changes included); the files are not read again.
-    handover = take_handover()
     try:
-        loaded = handover.loaded_config() if handover is not None else load_config(args.config)
+        loaded = load_config(args.config)
         engine_specs(loaded.config)
     except ConfigError as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
@@ -43,7 +38,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger("httpx").setLevel(max(logging.WARNING, logging.getLogger().level))
     from syshaxd.daemon import run_daemon
 
-    return run_daemon(loaded, handover)
+    return run_daemon(loaded)
 
 
 if __name__ == "__main__":

@@ -132,19 +132,6 @@ class RuntimeConfig:
         state_dir = self._config.control.state_dir or default_state_dir()
         return Path(state_dir) / OVERRIDES_NAME
 
-    def loaded(self) -> LoadedConfig:
-        """The running config as a :class:`LoadedConfig` (what an idle recycle hands over)."""
-        return LoadedConfig(config=self._config, path=self._path, overrides_path=self._overrides_path,
-                            sources=dict(self._sources))
-
-    def restore_flags(self, flags: Mapping[str, Mapping[str, bool]], last_saved: Mapping[str, Any]) -> None:
-        """Take engine flags and the last save over from an earlier image of the daemon."""
-        for name, values in flags.items():
-            if name in self._flags:
-                self._flags[name] = EngineFlags(enabled=bool(values.get("enabled", True)),
-                                                draining=bool(values.get("draining", False)))
-        self.last_saved = dict(last_saved)
-
     # ---- subscribing ----------------------------------------------------------------
 
     def on_change(self, callback: ChangeCallback) -> Callable[[], None]:

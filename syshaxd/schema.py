@@ -115,22 +115,11 @@ class HostModel(_Wire):
     bound_cpus: list[int] = Field(default_factory=list)  # the CPU engine's binding
 
 
-class RecycleModel(_Wire):
-    """One idle recycle: the daemon's process replaced in place to hand its memory back."""
-
-    at: float  # wall time it began
-    rss_before: int  # bytes
-    rss_after: int | None = None  # bytes, once the new image was ready
-    pause: float | None = None  # seconds new connections waited in the listen queue
-
-
 class MemoryModel(_Wire):
-    """The daemon's own memory, and the recycles that gave it back."""
+    """The daemon's own memory."""
 
     rss: int | None = None  # bytes now
-    rss_start: int | None = None  # bytes when first ready (kept across recycles)
-    recycles: int = 0
-    recent_recycles: list[RecycleModel] = Field(default_factory=list)  # oldest first
+    rss_start: int | None = None  # bytes when first ready
 
 
 class StateModel(_Wire):

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, deque
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
@@ -133,49 +131,3 @@ class Stats:
     def exposition(self) -> bytes:
         """Prometheus text of the conductor's own metrics."""
         return generate_latest(self.registry)
-
-    # -- carried over an idle recycle (syshaxd.recycle) -------------------------------
-
-    def export(self, now: float | None = None) -> dict[str, Any]:
-        """The counters, recent decisions and the windows' live part, as JSON-ready data."""
-        now = time.time() if now is None else now
-        return {
-            "requests_total": self.requests_total,
-            "resubmits_total": self.resubmits_total,
-            "accurate": self.accurate,
-            "estimated": self.estimated,
-            "by_route": dict(self.by_route),
-            "by_reason": dict(self.by_reason),
-            "by_outcome": dict(self.by_outcome),
-            "decisions": [d.model_dump(mode="json") for d in self.decisions],
-            "ttfts": [[t, v] for t, v in self.ttfts if now - t <= self.window_s],
-            "finishes": [t for t in self.finishes if now - t <= self.window_s],
-            "prometheus": {
-                metric.name: [[sample.labels, sample.value] for sample in metric.samples
-                              if sample.name.endswith("_total")]
-                for counter in (self.m_requests, self.m_decisions, self.m_resubmits)
-                for metric in counter.collect()
-            },
-        }
-
-    def restore(self, data: Mapping[str, Any]) -> None:
-        """Continue from :meth:`export`'s output (a fresh :class:`Stats` only).
-
-        The Prometheus counters continue too; the latency histograms start again, which
-        Prometheus reads as a counter reset.
-        """
-        self.requests_total = int(data["requests_total"])
-        self.resubmits_total = int(data["resubmits_total"])
-        self.accurate = int(data["accurate"])
-        self.estimated = int(data["estimated"])
-        self.by_route.update(data["by_route"])
-        self.by_reason.update(data["by_reason"])
-        self.by_outcome.update(data["by_outcome"])
-        self.decisions.extend(DecisionModel.model_validate(d) for d in data["decisions"])
-        self.ttfts.extend((float(t), float(v)) for t, v in data["ttfts"])
-        self.finishes.extend(float(t) for t in data["finishes"])
-        samples = data["prometheus"]
-        for counter in (self.m_requests, self.m_decisions, self.m_resubmits):
-            for metric in counter.collect():
-                for labels, value in samples.get(metric.name, ()):
-                    (counter.labels(**labels) if labels else counter).inc(float(value))

@@ -30,7 +30,7 @@ SECTIONS: dict[str, str] = {
     "services.cpu": "The CPU inference engine (a CPU build of vLLM, or llama.cpp's `llama-server`).",
     "services.conductor": "syshax's own OpenAI-compatible API.",
     "models": "The served model and the startup test generation.",
-    "system": "Admission queue, timeouts, the graceful stop and the idle recycle (see docs/reliability.md).",
+    "system": "Admission queue, timeouts and the graceful stop (see docs/reliability.md).",
     "decider": "The scheduling policy and its limits. Every key here can change while the daemon runs.",
     "monitor": "How often and how patiently the engines are scraped.",
     "control": "The control socket (console, `syshax status`/`set`) and where runtime changes are kept.",

@@ -21,7 +21,7 @@ class Status:
     data_age: str | None = None  # how old the shown data is, when disconnected
     version: str | None = None
     uptime: str | None = None  # formatted: an unchanged line is not redrawn
-    memory: str | None = None  # the daemon's RSS and recycles, formatted
+    memory: str | None = None  # the daemon's RSS, formatted
     side: str = "gpu"
     engine: str | None = None
     readonly: bool = False

@@ -22,7 +22,6 @@ from console.model import AUTO_PD, CPU_BATCH, GPU_BATCH, POLICY
 from console.widgets.confirm import ConfirmModal
 from syshaxd.schema import StateModel
 from tests.console.conftest import RecordingConsole, console_for, text_of, wait_for
-from tests.plugins.burst import burst
 
 
 def socket_of(stack: Any) -> Path:
@@ -178,29 +177,3 @@ async def test_a_daemon_restart_needs_no_key(make_stack: Callable[..., Any]) -> 
     finally:
         if restarted is not None:
             await asyncio.to_thread(stop, restarted)
-
-
-async def test_an_idle_recycle_is_explained_and_survived_without_a_key(make_stack: Callable[..., Any]) -> None:
-    stack = make_stack(policy="classic", config={"system": {"recycle_idle_seconds": 1, "recycle_rss_ratio": 1.05,
-                                                            "max_queue_size": 1000}})
-    path = socket_of(stack)
-    app = console_for(path)
-    pid = stack.daemon.pid
-    async with app.run_test(size=(120, 30)) as pilot:
-        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
-        assert ", recycled" not in text_of(app.status_bar)
-        assert await burst(stack.url, 160) == 160
-        problems: set[str] = set()
-
-        def recycled() -> bool:
-            if app._problem:
-                problems.add(app._problem)
-            return app.connected and app.state is not None and app.state.memory.recycles == 1
-
-        await wait_for(pilot, recycled, "the recycle seen", timeout=60)
-        # While the daemon switched images, the banner said why; afterwards the status line does.
-        assert any("replacing its process to hand memory back" in p for p in problems), problems
-        await wait_for(pilot, lambda: ", recycled 1x (" in text_of(app.status_bar), "the status line")
-        assert stack.daemon.poll() is None and stack.daemon.pid == pid
-        await pilot.press("p")
-        await wait_for(pilot, lambda: app.state is not None and app.state.config[AUTO_PD] is True, "writes work")

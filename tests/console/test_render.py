@@ -17,7 +17,7 @@ from console.render import (
     numa_panel,
     sparkline,
 )
-from syshaxd.schema import EngineStateModel, MemoryModel, RecycleModel
+from syshaxd.schema import EngineStateModel, MemoryModel
 from tests.console.fakedaemon import generated_state, recorded_state
 
 
@@ -115,11 +115,9 @@ def test_conductor_panel_warns_when_syshaxd_itself_lags(lag: float | None, shown
         assert any(span.start <= start < span.end and str(span.style) == style for span in text.spans)
 
 
-def test_memory_says_rss_and_the_last_recycle_once_it_is_complete() -> None:
+def test_memory_says_rss_and_its_growth_since_the_first_ready() -> None:
     mb = 2**20
     assert fmt_memory(MemoryModel()) is None  # an older daemon: nothing to say
-    assert fmt_memory(MemoryModel(rss=64 * mb, rss_start=62 * mb)) == "64 MB"
-    begun = RecycleModel(at=1.0, rss_before=101 * mb)
-    assert fmt_memory(MemoryModel(rss=63 * mb, recycles=1, recent_recycles=[begun])) == "63 MB, recycled 1x"
-    done = begun.model_copy(update={"rss_after": 63 * mb, "pause": 1.1})
-    assert fmt_memory(MemoryModel(rss=63 * mb, recycles=2, recent_recycles=[done])) == "63 MB, recycled 2x (101→63 MB)"
+    assert fmt_memory(MemoryModel(rss=64 * mb)) == "64 MB"
+    assert fmt_memory(MemoryModel(rss=64 * mb, rss_start=62 * mb)) == "64 MB (+3%)"
+    assert fmt_memory(MemoryModel(rss=60 * mb, rss_start=64 * mb)) == "60 MB (-6%)"

@@ -184,6 +184,26 @@ def test_named_file_that_does_not_exist_is_an_error(
     assert ("--config" if via == "explicit" else "$SYSHAX_CONFIG") in str(err.value)
 
 
+def test_a_retired_key_is_ignored_with_a_warning_naming_file_and_line(
+    tmp_path: Path, env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    # A file that started yesterday's daemon must start today's: the key is dropped, and said so.
+    path = write(tmp_path / "c.yaml", "system:\n  max_queue_size: 7\n  recycle_when_idle: true\n")
+    with caplog.at_level("WARNING", logger="syshaxd.config"):
+        loaded = load_config(path, env=env, locations=())
+    assert loaded.config.system.max_queue_size == 7
+    assert not hasattr(loaded.config.system, "recycle_when_idle")
+    [record] = [r for r in caplog.records if "retired" in r.getMessage()]
+    assert f"{path}:3" in record.getMessage()
+    assert "system.recycle_when_idle" in record.getMessage()
+
+
+def test_an_unknown_key_next_to_a_retired_one_is_still_an_error(tmp_path: Path, env: dict[str, str]) -> None:
+    path = write(tmp_path / "c.yaml", "system:\n  recycle_rss_ratio: 2\n  max_queue_sise: 7\n")
+    with pytest.raises(ConfigError, match="max_queue_sise"):
+        load_config(path, env=env, locations=())
+
+
 # ---- environment overrides ---------------------------------------------------------
 
 
