@@ -23,7 +23,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	@command -v systemd-analyze >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq systemd >/dev/null; }
 	$(PY) tools/build_engines.py --if-missing
-	$(VENV)/bin/ruff check syshaxd console tests bench tools
+	$(VENV)/bin/ruff check syshaxd sim demo console tests bench tools
 	$(VENV)/bin/mypy
 	$(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
@@ -31,7 +31,7 @@ bench: $(STAMP)
 	$(PY) bench/run_all.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check syshaxd console tests bench tools
+	$(VENV)/bin/ruff check syshaxd sim demo console tests bench tools
 	$(VENV)/bin/mypy
 
 engines: $(STAMP)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from syshaxd.sim import timing
-from syshaxd.sim.profile import Profile, load_profile
+from sim import timing
+from sim.profile import Profile, load_profile
 
 PROMPT = 1000  # about the Azure conversation trace's median prompt
 CONTEXT = 1200  # a decoding request of that trace: prompt plus some answer

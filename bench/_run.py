@@ -1,6 +1,6 @@
 """One benchmark run: a policy on a hardware scenario over a list of requests, in virtual time.
 
-The run itself is the simulator's virtual-time conductor (:mod:`syshaxd.sim.runner`):
+The run itself is the simulator's virtual-time conductor (:mod:`sim.runner`):
 conductor-faithful snapshots (scrapes every ``monitor.interval``, the monitor's rate
 tracker, live in-flight counts), the bounded admission queue, request timeouts, the
 pd_split handoffs and the CPU token-limit re-asks, all with the config's defaults.
@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from bench._measure import Outcome
 from bench._scenarios import limits
 from bench._workloads import Request
+from sim.profile import load_profile
+from sim.runner import EngineSpec, RunOptions, run
+from sim.traces import TraceRequest
 from syshaxd.config import Handoff
 from syshaxd.policy import get_policy
-from syshaxd.sim.profile import load_profile
-from syshaxd.sim.runner import EngineSpec, RunOptions, run
-from syshaxd.sim.traces import TraceRequest
 
 
 @dataclass(frozen=True)

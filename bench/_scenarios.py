@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from syshaxd.config import Decider, Handoff
-from syshaxd.policy.base import Limits
+from syshaxd.config.runtime import limits_of
+from syshaxd.routing import Limits
 
 
 @dataclass(frozen=True)
@@ -36,7 +37,7 @@ QUICK_SWEEP: tuple[float, ...] = (0.5, 1.0, 2.0)
 
 def limits(ttft_target: float, tpot_target: float, handoff: Handoff) -> Limits:
     """The decider's shipped defaults (what a user gets), with the benchmark's targets."""
-    base = Limits.from_decider(Decider(), handoff=handoff)
+    base = limits_of(Decider(), handoff)
     return replace(base, ttft_target=ttft_target, tpot_target=tpot_target)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 
 from bench._soak_stack import REQUEST_TIMEOUT
-from syshaxd.loadgen import Result, stream_chat
+from demo.loadgen import Result, stream_chat
 
 #: A client still without an answer this long after the daemon's own timeout is hung.
 HANG_MARGIN = 30.0

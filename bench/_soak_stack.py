@@ -35,7 +35,7 @@ STEP_SECONDS = 4e-3
 
 def soak_profile(tmp: Path) -> Path:
     """The simulator's ``null`` profile (nothing is the bottleneck) with steps that take time."""
-    import syshaxd.sim as sim_package
+    import sim as sim_package
 
     data = yaml.safe_load((Path(sim_package.__file__).parent / "profiles" / "null.yaml").read_text())
     data["name"] = "soak"
@@ -63,7 +63,7 @@ class Engines:
     def _spawn(self, device: str) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"sim-{device}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
-        proc = subprocess.Popen([sys.executable, "-m", "syshaxd.sim", "--profile", self.profile,
+        proc = subprocess.Popen([sys.executable, "-m", "sim", "--profile", self.profile,
                                  "--port", str(self.ports[device]), "--name", device, "--log-level", "warning"],
                                 stdout=log, stderr=subprocess.STDOUT)
         self.procs[device] = proc
@@ -150,7 +150,7 @@ def stack(tmp: Path, clients: int) -> Iterator[tuple[str, Engines, subprocess.Po
         }
         (tmp / "config.yaml").write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
-        daemon = subprocess.Popen([sys.executable, "-m", "syshaxd.main", "--config", str(tmp / "config.yaml")],
+        daemon = subprocess.Popen([sys.executable, "-m", "syshaxd", "--config", str(tmp / "config.yaml")],
                                   stdout=log, stderr=subprocess.STDOUT, env=env)
         url = f"http://127.0.0.1:{api}"
         wait_http(f"{url}/health", proc=daemon)

@@ -26,9 +26,9 @@ from typing import Any
 from bench import _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
+from sim import timing
+from sim.profile import load_profile
 from syshaxd.config import Handoff
-from syshaxd.sim import timing
-from syshaxd.sim.profile import load_profile
 
 CAPACITY_SHARE = 0.9
 #: Bisection steps of the capacity search (the bracket shrinks 2^n times).

@@ -36,7 +36,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import free_port, results_dir, wait_http  # noqa: E402
-from syshaxd.loadgen import Result, closed_loop, percentile, stream_chat  # noqa: E402
+from demo.loadgen import Result, closed_loop, percentile, stream_chat  # noqa: E402
 
 console = Console()
 ROUTER_VERSION = "0.1.17"
@@ -72,7 +72,7 @@ def processes(tmp: Path, router: str | None) -> Iterator[tuple[dict[str, str], d
             procs.append(proc)
             return proc
 
-        sim = start("sim", [sys.executable, "-m", "syshaxd.sim", "pair", "--gpu-port", str(gpu), "--cpu-port", str(cpu),
+        sim = start("sim", [sys.executable, "-m", "sim", "pair", "--gpu-port", str(gpu), "--cpu-port", str(cpu),
                             "--gpu-profile", "null", "--cpu-profile", "null"])
         wait_http(f"http://127.0.0.1:{gpu}/health", proc=sim)
         config = {
@@ -85,7 +85,7 @@ def processes(tmp: Path, router: str | None) -> Iterator[tuple[dict[str, str], d
         }
         (tmp / "config.yaml").write_text(yaml.safe_dump(config))
         env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
-        daemon = start("syshaxd", [sys.executable, "-m", "syshaxd.main", "--config", str(tmp / "config.yaml")], env)
+        daemon = start("syshaxd", [sys.executable, "-m", "syshaxd", "--config", str(tmp / "config.yaml")], env)
         wait_http(f"http://127.0.0.1:{api}/health", proc=daemon)
         urls = {"direct": f"http://127.0.0.1:{gpu}", "syshax": f"http://127.0.0.1:{api}"}
         pids = {"syshax": daemon.pid}

@@ -21,7 +21,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench._common import results_dir  # noqa: E402
-from syshaxd.sim.calibration import (  # noqa: E402
+from sim.calibration import (  # noqa: E402
     BATCHES,
     PROMPTS,
     REFERENCE,
@@ -31,7 +31,7 @@ from syshaxd.sim.calibration import (  # noqa: E402
     check_points,
     profile_row,
 )
-from syshaxd.sim.profile import profile_names  # noqa: E402
+from sim.profile import profile_names  # noqa: E402
 
 
 def points_table(checks: list[PointCheck]) -> Table:

@@ -47,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import results_dir  # noqa: E402
 from bench._soak_clients import Tally, Workers, body, health_probe, worker_main  # noqa: E402
 from bench._soak_stack import Chaos, Engines, Sample, Sampler, phases, stack  # noqa: E402
-from syshaxd.loadgen import percentile, stream_chat  # noqa: E402
+from demo.loadgen import percentile, stream_chat  # noqa: E402
 
 console = Console()
 #: Pooled keep-alive connections to engines expire after httpx's default 5 s.

@@ -1,37 +1,40 @@
 """The ``syshax`` command line: one module per command group, registered below.
 
+The daemon's own groups live here (config, control, numa). Other packages add theirs through
+the ``syshax.commands`` entry point group (``syshax sim`` from :mod:`sim.cli`, ``syshax demo``
+from :mod:`demo.cli`): the daemon never imports the simulator or the demo.
+
 Exit codes: 0 ok, 2 usage or configuration error, 1 anything else.
 """
 
 from __future__ import annotations
 
-import importlib
 import sys
-from collections.abc import Sequence
-from types import ModuleType
+from collections.abc import Callable, Sequence
+from importlib.metadata import entry_points
+from typing import Any
 
-from syshaxd.cli import _common, configcmds
+from syshaxd.cli import configcmds, control, numa
+from syshaxd.cli._common import CommandError, Parser, UsageError
 from syshaxd.config import ConfigError
 
-#: Command-group modules; each has ``register(subparsers)`` that sets ``func`` on its parsers.
-COMMAND_MODULES: list[ModuleType] = [configcmds]
+__all__ = ["CommandError", "Parser", "UsageError", "build_parser", "main"]
+
+#: The entry point group other packages register their command groups in.
+ENTRY_POINTS = "syshax.commands"
+Register = Callable[[Any], None]
+#: The daemon's own command groups; each has ``register(subparsers)`` that sets ``func``.
+OWN: list[Register] = [configcmds.register, control.register, numa.register]
 
 
-def _optional_modules() -> list[ModuleType]:
-    """Command groups that live in other parts of the package (added as they land)."""
-    found = []
-    for name in _common.OPTIONAL_COMMANDS:
-        try:
-            found.append(importlib.import_module(f"syshaxd.cli.{name}"))
-        except ModuleNotFoundError as exc:
-            if exc.name != f"syshaxd.cli.{name}":
-                raise
-    return found
+def _plugged_in() -> list[Register]:
+    """``register`` of every command group installed under :data:`ENTRY_POINTS`, by name."""
+    return [ep.load() for ep in sorted(entry_points(group=ENTRY_POINTS), key=lambda ep: ep.name)]
 
 
-def build_parser() -> _common.Parser:
+def build_parser() -> Parser:
     """The full argument parser."""
-    parser = _common.Parser(
+    parser = Parser(
         prog="syshax",
         description="syshax: one OpenAI endpoint in front of a GPU and a CPU inference engine.",
         epilog="Exit codes: 0 ok, 2 usage or configuration error, 1 anything else.",
@@ -42,8 +45,8 @@ def build_parser() -> _common.Parser:
         help="config file (else $SYSHAX_CONFIG, /etc/syshax/config.yaml, ./config/config.yaml)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for module in [*COMMAND_MODULES, *_optional_modules()]:
-        module.register(sub)
+    for register in [*OWN, *_plugged_in()]:
+        register(sub)
     return parser
 
 
@@ -56,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, _common.UsageError) as exc:
+    except (ConfigError, UsageError) as exc:
         print(f"syshax: {exc}", file=sys.stderr)
         return 2
-    except _common.CommandError as exc:
+    except CommandError as exc:
         print(f"syshax: {exc}", file=sys.stderr)
         return 1
     except OSError as exc:

@@ -11,9 +11,6 @@ from typing import NoReturn
 
 from syshaxd import config as cfg
 
-#: Command-group modules under syshaxd/cli/ that register themselves when present.
-OPTIONAL_COMMANDS = ["sim", "control", "numa", "demo", "engines"]
-
 
 class UsageError(Exception):
     """The command line is wrong (exit 2)."""

@@ -16,7 +16,7 @@ from rich.console import Console
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
 from syshaxd.config import ConfigError, parse_scalar
-from syshaxd.control_server import client_socket_candidates
+from syshaxd.control.listen import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
 
 TIMEOUT = 10.0

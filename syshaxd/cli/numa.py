@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from syshaxd.cli._common import CommandError, UsageError
-from syshaxd.host import format_cpulist
-from syshaxd.numa import (
+from syshaxd.monitor.host import format_cpulist
+from syshaxd.monitor.numa import (
     RULE_TEXT,
     Binding,
     PlanError,

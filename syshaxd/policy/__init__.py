@@ -1,5 +1,6 @@
 """Scheduling policies: pure functions ``(Snapshot, RequestFeatures, Limits) -> Decision``.
 
+The types they take and give are the routing vocabulary (:mod:`syshaxd.routing`).
 ``get_policy(name)`` builds the policy for a config name (``syshaxd.config.PolicyName``).
 ``pick_engine`` and ``cpu_token_limit`` are shared with the conductor.
 """
@@ -7,10 +8,10 @@
 from __future__ import annotations
 
 from syshaxd.policy.adaptive import adaptive
-from syshaxd.policy.base import Decision, Limits, Mode, Policy, RequestFeatures
 from syshaxd.policy.baselines import RoundRobin, cpu_only, gpu_only
 from syshaxd.policy.classic import classic
 from syshaxd.policy.common import cpu_token_limit, pick_engine
+from syshaxd.routing import Policy
 
 POLICY_NAMES: tuple[str, ...] = ("classic", "adaptive", "gpu-only", "cpu-only", "round-robin")
 
@@ -31,6 +32,6 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = [
-    "POLICY_NAMES", "Decision", "Limits", "Mode", "Policy", "RequestFeatures", "RoundRobin",
-    "adaptive", "classic", "cpu_only", "cpu_token_limit", "get_policy", "gpu_only", "pick_engine",
+    "POLICY_NAMES", "RoundRobin", "adaptive", "classic", "cpu_only", "cpu_token_limit", "get_policy",
+    "gpu_only", "pick_engine",
 ]  # fmt: skip

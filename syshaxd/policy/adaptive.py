@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
 from syshaxd.policy.common import busy, pick_engine
 from syshaxd.policy.estimates import (
     CPU_DEFAULTS,
@@ -38,6 +37,7 @@ from syshaxd.policy.estimates import (
     queued_prompt_tokens,
     slot_wait,
 )
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Device, Snapshot
 
 

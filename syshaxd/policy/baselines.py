@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import itertools
 
-from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
 from syshaxd.policy.common import pick_engine
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Device, Snapshot
 
 

@@ -19,8 +19,8 @@ with the CPU limit; we use the CPU's scheduled count, which is what the limit is
 
 from __future__ import annotations
 
-from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
 from syshaxd.policy.common import busy, cpu_token_limit, pick_engine
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView, Snapshot
 
 

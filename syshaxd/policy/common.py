@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from syshaxd.policy.base import Limits
+from syshaxd.routing import Limits
 from syshaxd.snapshot import Device, EngineView, Snapshot
 
 

@@ -60,7 +60,7 @@ def start_daemon(stack: Any) -> subprocess.Popen[bytes]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
     env["XDG_RUNTIME_DIR"] = str(Path(stack.tmp) / "xdg")
     with open(Path(stack.tmp) / "syshaxd-restarted.log", "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "syshaxd.main", "--config", str(stack.config_path)],
+        return subprocess.Popen([sys.executable, "-m", "syshaxd", "--config", str(stack.config_path)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
 
 

@@ -19,14 +19,14 @@ import httpx
 import pytest
 
 from syshaxd.config import LoadedConfig, load_config
-from syshaxd.control import ControlContext, create_control_app, publish_states
-from syshaxd.control_server import ControlSocket, create_control_socket
-from syshaxd.control_state import build_state
-from syshaxd.events import EventBus
-from syshaxd.peercred import AccessPolicy
-from syshaxd.runtime import RuntimeConfig
+from syshaxd.config.runtime import RuntimeConfig
+from syshaxd.control.app import ControlContext, create_control_app, publish_states
+from syshaxd.control.bus import EventBus
+from syshaxd.control.listen import ControlSocket, create_control_socket
+from syshaxd.control.peercred import AccessPolicy
+from syshaxd.control.state import build_state
 from syshaxd.schema import ConductorStatsModel, ConfigChangeModel, StateModel
-from syshaxd.serving import SignalFreeServer, control_server, wait_started
+from syshaxd.service.servers import SignalFreeServer, control_server, wait_started
 from syshaxd.snapshot import EngineState, EngineView, Snapshot
 
 #: The uid/gid a privilege-dropping client runs as (Debian's nobody/nogroup).

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd import control_server as cs
-from syshaxd.control_server import AlreadyRunning, ControlSocketError, create_control_socket
+from syshaxd.control import listen as cs
+from syshaxd.control.listen import AlreadyRunning, ControlSocketError, create_control_socket
 from tests.control.conftest import NOBODY, ControlHarness, needs_root, run_as_nobody
 
 
@@ -143,7 +143,7 @@ async def test_non_member_cannot_even_connect(control_api: ControlHarness) -> No
 
 def test_socket_location_follows_config_systemd_root_and_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     from syshaxd.config import Config
-    from syshaxd.control_server import SYSTEM_SOCKET, client_socket_candidates, default_socket_path
+    from syshaxd.control.listen import SYSTEM_SOCKET, client_socket_candidates, default_socket_path
 
     explicit = Config.model_validate({"control": {"socket": str(tmp_path / "x.sock")}})
     assert default_socket_path(explicit, {"RUNTIME_DIRECTORY": "/run/other"}) == tmp_path / "x.sock"

@@ -173,7 +173,7 @@ def test_stale_socket_of_a_killed_daemon_is_replaced(start_daemon: Any) -> None:
             probe.close()
     log = open(daemon.dir / "second.log", "wb")  # noqa: SIM115 - closed below
     successor = subprocess.Popen(
-        [sys.executable, "-m", "syshaxd.main", "--config", str(daemon.config_path)],
+        [sys.executable, "-m", "syshaxd", "--config", str(daemon.config_path)],
         stdout=log, stderr=subprocess.STDOUT, env=daemon.env,
     )
     try:

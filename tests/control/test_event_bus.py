@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from syshaxd.events import EventBus
+from syshaxd.control.bus import EventBus
 from syshaxd.schema import ConfigChangeModel
 
 

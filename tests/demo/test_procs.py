@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from syshaxd.demo.procs import Interrupted, StartError, StopFlag, Supervisor, wait_until
+from demo.procs import Interrupted, StartError, StopFlag, Supervisor, wait_until
 
 # A child that starts a grandchild in its own process group, then waits.
 PARENT_OF_SLEEPER = textwrap.dedent("""
@@ -70,7 +70,7 @@ def test_children_die_with_a_killed_demo(tmp_path: Path) -> None:
     # parent-death signal must still end its children.
     script = textwrap.dedent("""
         import sys, time
-        from syshaxd.demo.procs import Supervisor
+        from demo.procs import Supervisor
         sup = Supervisor()
         child = sup.start("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"])
         print(child.pid, flush=True)

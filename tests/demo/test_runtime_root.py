@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd.configmodel import SUN_PATH_MAX
-from syshaxd.demo.stack import control_socket, runtime_root
+from demo.stack import control_socket, runtime_root
+from syshaxd.config.model import SUN_PATH_MAX
 
 
 @pytest.fixture

@@ -8,11 +8,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from syshaxd.demo.load import Tally
-from syshaxd.demo.status import build_summary, parse_metrics, status_line, summary_tables
-from syshaxd.loadgen import Result
+from demo.load import Tally
+from demo.loadgen import Result
+from demo.status import build_summary, parse_metrics, status_line, summary_tables
+from syshaxd.conductor.stats import Stats
 from syshaxd.schema import ConductorStatsModel, DecisionModel, EngineStateModel, StateModel
-from syshaxd.stats import Stats
 
 
 def _decision(i: int, device: str, mode: str, reason: str) -> DecisionModel:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd.demo import workload as wl
-from syshaxd.demo.load import CHAT_OVERHEAD, prompt_text, request_body
-from syshaxd.sim.textgen import chat_tokens
+from demo import workload as wl
+from demo.load import CHAT_OVERHEAD, prompt_text, request_body
+from sim.textgen import chat_tokens
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44

@@ -13,7 +13,7 @@ import httpx
 import psutil
 import pytest
 
-from syshaxd.enginepool import EngineTransport
+from syshaxd.engines.pool import EngineTransport
 from tests.plugins.ports import free_port
 from tests.plugins.sim import SimEngineFactory
 

@@ -16,9 +16,9 @@ import pytest
 
 from syshaxd.config import EngineSpec, ModelParams
 from syshaxd.config import Monitor as MonitorSettings
-from syshaxd.monitor import Monitor
+from syshaxd.monitor.monitor import Monitor
+from syshaxd.service.startup import startup_check
 from syshaxd.snapshot import EngineState, EngineView, Snapshot
-from syshaxd.startup import startup_check
 from tests.plugins.ports import free_port
 
 SETTINGS = MonitorSettings(interval=0.2, scrape_timeout=0.5, stale_after=2, down_after=4, startup_check=False)

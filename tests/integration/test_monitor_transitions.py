@@ -14,7 +14,7 @@ import pytest
 
 from syshaxd.config import EngineSpec
 from syshaxd.config import Monitor as MonitorSettings
-from syshaxd.monitor import Monitor
+from syshaxd.monitor.monitor import Monitor
 from syshaxd.snapshot import EngineState, Snapshot
 
 SETTINGS = MonitorSettings(interval=0.05, scrape_timeout=0.05, stale_after=2, down_after=4, startup_check=False)

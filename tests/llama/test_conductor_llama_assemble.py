@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
-from syshaxd.assemble import Assembler, assemble, streaming_body
-from syshaxd.upstream import EngineFailure
+from syshaxd.conductor.assemble import Assembler, assemble, streaming_body
+from syshaxd.engines.client import EngineFailure
 
 
 def _sse(*events: Any, done: bool = True) -> bytes:

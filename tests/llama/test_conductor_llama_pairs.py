@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import httpx
 import pytest
 
-from syshaxd.handoff.llamacpp_pairs import PairChecks
+from syshaxd.conductor.handoff.llamacpp_pairs import PairChecks
 from tests.plugins.llama import LlamaFactory, LlamaServer
 from tests.plugins.ports import free_port
 

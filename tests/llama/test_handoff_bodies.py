@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from syshaxd.handoff.llamacpp_slots import (
+from syshaxd.conductor.handoff.llamacpp_slots import (
     EngineIdentity,
     compare_identities,
     decode_body,

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from syshaxd.handoff import llamacpp_slots as slots
+from syshaxd.conductor.handoff import llamacpp_slots as slots
 from tests.llama._util import GREEDY, NO_EOS, sse_json
 from tests.plugins.llama import LlamaFactory, LlamaServer
 from tools.build_engines import engine_paths

@@ -178,7 +178,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         sim_log = open(tmp / "sim.log", "ab")  # noqa: SIM115 - closed in teardown
         handles.append(sim_log)
         engines = subprocess.Popen(
-            [sys.executable, "-m", "syshaxd.sim", "pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
+            [sys.executable, "-m", "sim", "pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
              "--gpu-profile", profile, "--cpu-profile", profile, "--speed", str(speed)],
             stdout=sim_log, stderr=subprocess.STDOUT,
         )
@@ -212,7 +212,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         daemon_log = open(log_path, "ab")  # noqa: SIM115 - closed in teardown
         handles.append(daemon_log)
         proc = subprocess.Popen(
-            [*(launcher or []), sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+            [*(launcher or []), sys.executable, "-m", "syshaxd", "--config", str(config_path)],
             stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env,
         )
         procs.append(proc)
@@ -250,6 +250,6 @@ def _wait_engines_up(daemon: RunningDaemon, timeout: float = 20.0) -> None:
 def run_syshaxd(config_path: Path, env: dict[str, str], timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
     """Run a second syshaxd to completion (it should refuse to start)."""
     return subprocess.run(
-        [sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+        [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
         capture_output=True, text=True, env=env, timeout=timeout,
     )

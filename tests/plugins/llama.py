@@ -331,7 +331,7 @@ def start_llama_stack(
         log_path = work / "syshaxd.log"
         with open(log_path, "wb") as log:
             daemon = subprocess.Popen(
-                [sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+                [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
                 stdout=log, stderr=subprocess.STDOUT, env=env,
             )
         stack = LlamaStack(gpu, cpu, daemon, f"http://127.0.0.1:{api_port}", work / "run" / "control.sock",

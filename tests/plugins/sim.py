@@ -1,4 +1,4 @@
-"""Fixtures that run real simulated engines (``python -m syshaxd.sim``) on free loopback ports.
+"""Fixtures that run real simulated engines (``python -m sim``) on free loopback ports.
 
 - ``sim_engine(profile="tiny", dialect=..., speed=20.0, faults={...}, ...)`` starts one
   engine and returns its :class:`EngineHandle` (``.url``, ``.set_faults()``, ``.stats()``);
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from syshaxd.sim.launch import EngineHandle, SimProcess, start_engine, start_pair
+from sim.launch import EngineHandle, SimProcess, start_engine, start_pair
 
 DEFAULT_SPEED = 20.0
 

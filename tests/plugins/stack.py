@@ -123,7 +123,7 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             commands = [[*command, "--slot-save-path", str(slot_dir)] for command in commands]
         engines = []
         for command in commands:
-            proc = subprocess.Popen([sys.executable, "-m", "syshaxd.sim", *command],
+            proc = subprocess.Popen([sys.executable, "-m", "sim", *command],
                                     stdout=sim_log, stderr=subprocess.STDOUT)
             procs.append(proc)
             engines.append(proc)
@@ -150,7 +150,7 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         run_env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
         run_env.update({"XDG_RUNTIME_DIR": str(tmp_path / "xdg"), **(env or {})})
         daemon = subprocess.Popen(
-            [sys.executable, "-m", "syshaxd.main", "--config", str(config_path)],
+            [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
             stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env,
         )
         procs.append(daemon)

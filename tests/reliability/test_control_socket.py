@@ -40,7 +40,7 @@ def _answers(stack: Stack) -> bool:
 def _second_daemon_refuses(stack: Stack) -> None:
     # The lock is held: a second daemon with the same control.socket refuses to start
     # rather than taking the socket path over from a live daemon.
-    second = subprocess.run([sys.executable, "-m", "syshaxd.main", "--config", str(stack.config_path)],
+    second = subprocess.run([sys.executable, "-m", "syshaxd", "--config", str(stack.config_path)],
                             capture_output=True, text=True, timeout=60,
                             env={**os.environ, "XDG_RUNTIME_DIR": str(stack.tmp / "xdg")})
     assert second.returncode != 0

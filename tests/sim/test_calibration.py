@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd.sim.calibration import burst, check_points, profile_row, setup_profile
+from sim.calibration import burst, check_points, profile_row, setup_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 

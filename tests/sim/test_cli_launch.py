@@ -11,12 +11,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from sim.launch import LaunchError, start_engine
 from syshaxd.cli import main as syshax
-from syshaxd.sim.launch import LaunchError, start_engine
 
 
 def sim(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "syshaxd.sim", *args], capture_output=True, text=True, timeout=60)
+    return subprocess.run([sys.executable, "-m", "sim", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_unknown_profile_is_a_usage_error() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from syshaxd.sim.core import HOLD_TIMEOUT, EngineCore, Seq, SimRequest, State
-from syshaxd.sim.profile import load_profile
+from sim.core import HOLD_TIMEOUT, EngineCore, Seq, SimRequest, State
+from sim.profile import load_profile
 
 
 def tiny() -> EngineCore:

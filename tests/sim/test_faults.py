@@ -11,8 +11,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from syshaxd.sim.faults import FaultError, Faults, apply_patch, parse_assignments
-from syshaxd.sim.launch import EngineHandle, start_engine
+from sim.faults import FaultError, Faults, apply_patch, parse_assignments
+from sim.launch import EngineHandle, start_engine
 
 CHAT = {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "ignore_eos": True}
 
@@ -177,7 +177,7 @@ def test_fault_assignments_parse_like_the_json_contract() -> None:
 
 
 def test_cli_reports_a_bad_fault_without_a_traceback() -> None:
-    run = subprocess.run([sys.executable, "-m", "syshaxd.sim", "--profile", "tiny", "--port", "0", "--fault", "metrics=sideways"],
+    run = subprocess.run([sys.executable, "-m", "sim", "--profile", "tiny", "--port", "0", "--fault", "metrics=sideways"],
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 2
     assert "metrics must be one of" in run.stderr and "Traceback" not in run.stderr

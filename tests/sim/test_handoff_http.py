@@ -6,8 +6,8 @@ from pathlib import Path
 
 import httpx
 
-from syshaxd.sim.handoff import HANDOFF_HEADER
-from syshaxd.sim.launch import EngineHandle
+from sim.handoff import HANDOFF_HEADER
+from sim.launch import EngineHandle
 
 PROMPT = [{"role": "user", "content": "Explain the water cycle in simple words."}]
 BODY = {"model": "ds-32b", "messages": PROMPT, "max_tokens": 24, "ignore_eos": True, "seed": 5}

@@ -11,8 +11,8 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from syshaxd.sim import textgen
-from syshaxd.sim.launch import EngineHandle, start_engine
+from sim import textgen
+from sim.launch import EngineHandle, start_engine
 
 MESSAGES = [{"role": "user", "content": "Tell me about rivers, please."}]
 

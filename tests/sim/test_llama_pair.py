@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from syshaxd.handoff.llamacpp_slots import PairMismatch, check_pair, fetch_identity
+from syshaxd.conductor.handoff.llamacpp_slots import PairMismatch, check_pair, fetch_identity
 
 
 def _check(a_url: str, b_url: str) -> Any:

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from syshaxd.sim.core import EngineCore, SimRequest
-from syshaxd.sim.metrics import DIALECTS, Override, Recorder
-from syshaxd.sim.profile import load_profile
+from sim.core import EngineCore, SimRequest
+from sim.metrics import DIALECTS, Override, Recorder
+from sim.profile import load_profile
 
 FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "metrics"
 FILES = {

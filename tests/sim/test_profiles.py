@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from syshaxd.sim.profile import ProfileError, load_profile, parse_profile, profile_names, sources
+from sim.profile import ProfileError, load_profile, parse_profile, profile_names, sources
 
 SHIPPED = ["cpu-kunpeng920-q4", "cpu-kunpeng920-q8", "gpu-a100", "gpu-a100-40g", "null", "tiny"]
 
@@ -43,7 +43,7 @@ def test_q8_weights_are_larger_than_q4() -> None:
 
 
 def _raw(name: str) -> dict[str, object]:
-    text = (Path(__file__).parents[2] / "syshaxd/sim/profiles" / f"{name}.yaml").read_text(encoding="utf-8")
+    text = (Path(__file__).parents[2] / "sim/profiles" / f"{name}.yaml").read_text(encoding="utf-8")
     data = yaml.safe_load(text)
     assert isinstance(data, dict)
     return data

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd.policy.base import Decision, Limits, Mode, RequestFeatures
-from syshaxd.sim.profile import load_profile
-from syshaxd.sim.runner import EngineSpec, RunOptions, run
-from syshaxd.sim.traces import TraceError, TraceRequest, burst, load_trace, synthetic
+from sim.profile import load_profile
+from sim.runner import EngineSpec, RunOptions, run
+from sim.traces import TraceError, TraceRequest, burst, load_trace, synthetic
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Snapshot
 
 GPU = EngineSpec("gpu0", "gpu", load_profile("gpu-a100"))

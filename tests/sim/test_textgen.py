@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from syshaxd.sim import textgen
+from sim import textgen
 
 
 @pytest.mark.parametrize(

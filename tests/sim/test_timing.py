@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from syshaxd.sim import timing
-from syshaxd.sim.profile import load_profile
+from sim import timing
+from sim.profile import load_profile
 
 PROFILES = ["gpu-a100", "gpu-a100-40g", "cpu-kunpeng920-q4", "cpu-kunpeng920-q8", "tiny"]
 

@@ -24,7 +24,7 @@ from syshaxd.config import (
     load_config,
     set_in_file,
 )
-from syshaxd.configfile import key_lines, load_document
+from syshaxd.config.files import key_lines, load_document
 
 EXAMPLE = Path(syshaxd.__file__).parent / "data" / "config.example.yaml"
 
@@ -240,7 +240,7 @@ CRASHING_WRITER = textwrap.dedent(
     """
     import os, sys, time
     from pathlib import Path
-    from syshaxd import configfile
+    from syshaxd.config import files as configfile
 
     def hang(src, dst):
         print("written", src, flush=True)

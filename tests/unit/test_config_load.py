@@ -9,7 +9,6 @@ import pytest
 from pydantic import SecretStr
 
 import syshaxd
-from syshaxd import config as cfg
 from syshaxd.config import (
     RUNTIME_KEYS,
     Config,
@@ -20,7 +19,8 @@ from syshaxd.config import (
     load_config,
     save_overrides,
 )
-from syshaxd.configfile import key_lines, load_document
+from syshaxd.config import layers as cfg
+from syshaxd.config.files import key_lines, load_document
 
 EXAMPLE = Path(syshaxd.__file__).parent / "data" / "config.example.yaml"
 REPO = Path(__file__).resolve().parents[2]

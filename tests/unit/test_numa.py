@@ -7,7 +7,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from syshaxd.host import (
+from syshaxd.monitor.host import (
     CpulistError,
     HostSampler,
     format_cpulist,

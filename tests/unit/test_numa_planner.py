@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from syshaxd.cli import main as cli_main
-from syshaxd.host import format_cpulist
-from syshaxd.numa import (
+from syshaxd.monitor.host import format_cpulist
+from syshaxd.monitor.numa import (
     RULE_EQUAL,
     RULE_ONLINE,
     RULE_THREADS,

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from syshaxd.policy import Limits, Mode, RequestFeatures, adaptive, classic, get_policy
+from syshaxd.policy import adaptive, classic, get_policy
 from syshaxd.policy.adaptive import decide, estimate_options, secs
 from syshaxd.policy.estimates import CPU_DEFAULTS, GPU_DEFAULTS, Tuning
+from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState, EngineView
 from tests.unit.policy_helpers import engine, snap
 

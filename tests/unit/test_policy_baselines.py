@@ -7,7 +7,8 @@ from typing import get_args
 import pytest
 
 from syshaxd.config import PolicyName
-from syshaxd.policy import POLICY_NAMES, Limits, Mode, RequestFeatures, RoundRobin, get_policy
+from syshaxd.policy import POLICY_NAMES, RoundRobin, get_policy
+from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState
 from tests.unit.policy_helpers import engine, snap
 

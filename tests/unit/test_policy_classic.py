@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from syshaxd.policy import Limits, Mode, RequestFeatures, classic, cpu_token_limit, pick_engine
+from syshaxd.policy import classic, cpu_token_limit, pick_engine
+from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState
 from tests.unit.policy_helpers import engine, snap
 

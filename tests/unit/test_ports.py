@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from syshaxd.demo.stack import free_port
+from demo.stack import free_port
 from tests.plugins import ports
 
 

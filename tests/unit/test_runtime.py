@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from syshaxd.config import ConfigError, LoadedConfig, load_config
-from syshaxd.runtime import UNSAVED, PatchError, RuntimeConfig
+from syshaxd.config.runtime import UNSAVED, PatchError, RuntimeConfig
 from syshaxd.schema import ConfigChangeModel
 
 CONFIG = """\

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from syshaxd.systemd import Notifier, listen_fds, watchdog_interval
+from syshaxd.service.sdnotify import Notifier, listen_fds, watchdog_interval
 from tests.plugins.ports import free_port
 
 
@@ -97,7 +97,7 @@ def test_listen_fds_ignores_another_process_and_unsets_the_variables() -> None:
 def test_socket_activation_with_systemd_socket_activate() -> None:
     port = free_port()
     probe = (
-        "from syshaxd.systemd import listen_fds; import os; "
+        "from syshaxd.service.sdnotify import listen_fds; import os; "
         "socks = listen_fds(); "
         "print(len(socks), socks[0].getsockname()[1], 'LISTEN_FDS' in os.environ)"
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from syshaxd.config import System
-from syshaxd.daemon import UVICORN_GRACE_MARGIN
+from syshaxd.service.daemon import UVICORN_GRACE_MARGIN
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "syshaxd.service"
 SHIPPED_EXEC = "/opt/syshax/bin/syshaxd"

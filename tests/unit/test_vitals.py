@@ -9,7 +9,7 @@ import time
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from syshaxd.vitals import IdleTrim, LoopLag, Vitals, trim_memory
+from syshaxd.service.vitals import IdleTrim, LoopLag, Vitals, trim_memory
 
 
 class FakeClock:

@@ -1,0 +1,322 @@
+"""One generation request end to end: handoff lookup, planning, streaming or full answer.
+
+Handoff rules (see ``docs/simulator.md``):
+- ``syshax``: ``num_decode_tokens: K`` stops after K new tokens with ``finish_reason:
+  "scheduled"`` (unless the answer ends first) and keeps the KV under the response id;
+  ``request_id_inference: <id>`` continues from that KV, ``generated_text`` counts as
+  answer already written.
+- ``kv-transfer``: a body whose ``kv_transfer_params.do_remote_decode`` is true answers
+  with top-level ``kv_transfer_params`` and holds its blocks for the decode side; a body
+  with ``do_remote_prefill`` pulls them.
+- ``llamacpp-slots``: a request pinned to ``id_slot`` reuses that slot's cache when the
+  prompt matches (after ``POST /slots/{id}?action=restore``).
+A decode whose KV is not found recomputes the prefill; the ``X-Sim-Handoff`` response
+header says ``transferred``, ``local``, ``slot`` or ``recomputed``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from sim import textgen, timing
+from sim.api_format import SSE_DONE, ChunkWriter, full_response
+from sim.api_request import GenSpec
+from sim.core import SimRequest
+from sim.faults import DIE_AFTER_CHUNKS
+from sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
+from sim.llama_format import LlamaChunkWriter, llama_response
+from sim.llama_server import native_completion, timings
+from sim.realtime import Handle, TokenEvent
+
+if TYPE_CHECKING:
+    from sim.server import SimEngine
+
+
+@dataclass
+class Plan:
+    """How the engine will run one request."""
+
+    response_id: str
+    request_id: str  # X-Request-Id, or the generated id without prefix
+    core_rid: str
+    text_key: int
+    offset: int
+    sim: SimRequest
+    handoff: str | None  # value of the X-Sim-Handoff header
+    slot: int | None = None  # llama.cpp: the slot the request runs in (None: deferred, all busy)
+    task: int = 0  # llama.cpp id_task
+
+
+def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
+    """New tokens to generate and the finish reason when they are done."""
+    options = []
+    if natural is not None:
+        options.append((natural, 0, "stop"))
+    options.append((spec.max_new, 1, "length"))
+    if spec.num_decode_tokens is not None:
+        options.append((spec.num_decode_tokens, 2, "scheduled"))
+    tokens, _, reason = min(options)
+    return tokens, reason
+
+
+def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> Plan:
+    """Look up handed-off KV, size the answer and build the core request."""
+    base = x_request_id or uuid.uuid4().hex
+    # llama-server names both routes' answers chatcmpl-
+    chat_id = spec.kind == "chat" or engine.dialect == "llamacpp"
+    response_id = ("chatcmpl-" if chat_id else "cmpl-") + base
+    key, offset = spec.text_key, spec.offset
+    if engine.dialect == "llamacpp":
+        # the text depends on the weights: two servers agree only when they load the same file
+        key = textgen.request_key(f"{engine.model_file.path}\x00{spec.fingerprint}", spec.seed)
+    kv_ready, kv_delay, handoff = 0, 0.0, None
+    entry: KvEntry | None = None
+    context = spec.prompt_tokens
+    if spec.request_id_inference:
+        entry = engine.store.take(spec.request_id_inference)
+        handoff = "recomputed"
+    elif spec.wants_remote_prefill:
+        params = spec.kv_transfer_params or {}
+        remote_id = params.get("remote_request_id") or x_request_id
+        entry = engine.store.take(f"{params.get('remote_engine_id')}/{remote_id}")
+        handoff = "recomputed"
+    slot = engine.choose_slot(spec)
+    if entry is None and handoff is None and slot is not None:
+        cache = engine.slots[slot]
+        if cache.tokens > 0 and cache.fingerprint == spec.fingerprint:
+            # the prompt cache (a restored file or this slot's last request); llama.cpp
+            # re-evaluates the last prompt token to get its logits
+            kv_ready = max(0, min(cache.tokens, context) - 1)
+            if spec.id_slot is not None:
+                handoff = "slot"
+                engine.stats["handoff_slot"] = engine.stats.get("handoff_slot", 0) + 1
+    if entry is not None:
+        kv_ready = max(0, min(entry.kv_tokens, context - 1))
+        key = entry.text_key
+        if spec.request_id_inference:
+            offset = entry.generated
+        local = entry.origin == engine.name
+        kv_delay = 0.0 if local else timing.transfer_time(engine.profile, kv_ready)
+        handoff = "local" if local else "transferred"
+        engine.stats["handoff_" + handoff] = engine.stats.get("handoff_" + handoff, 0) + 1
+    elif handoff == "recomputed":
+        engine.stats["handoff_recomputed"] = engine.stats.get("handoff_recomputed", 0) + 1
+    natural = None
+    if not spec.ignore_eos:
+        total = textgen.natural_length(key, engine.profile.output_median_tokens, engine.profile.output_sigma)
+        natural = max(1, total - offset)
+    if entry is not None and spec.request_id_inference and offset > spec.offset:
+        # no (or a shorter) generated_text: the stored count says how much max_tokens is used up
+        spec = replace(spec, max_new=max(1, spec.max_new - (offset - spec.offset)))
+    tokens, reason = _limit(spec, natural)
+    if spec.wants_remote_decode:
+        reason = "length" if tokens == spec.max_new else reason
+    core_rid = uuid.uuid4().hex
+    sim = SimRequest(
+        rid=core_rid,
+        context_tokens=context,
+        max_new_tokens=tokens,
+        finish_reason=reason,
+        kv_ready_tokens=kv_ready,
+        kv_delay=kv_delay,
+        hold_kv=spec.wants_remote_decode,
+    )
+    return Plan(response_id, base, core_rid, key, offset, sim, handoff, slot)
+
+
+def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
+    """Export KV for a later decode; returns the response's kv_transfer_params."""
+    kv_tokens = plan.sim.context_tokens + max(0, generated - 1)
+    if reason == "scheduled":
+        engine.store.put(plan.response_id, KvEntry(engine.name, kv_tokens, plan.offset + generated, plan.text_key))
+    if plan.slot is not None:
+        # the last sampled token is never decoded, so the slot holds prompt + generated - 1;
+        # n_predict 0 still samples one token, and the slot keeps exactly the prompt
+        kept = 0 if spec.predict_zero else max(0, generated - 1)
+        engine.slots[plan.slot] = SlotCache(spec.fingerprint, plan.sim.context_tokens + kept, plan.text_key,
+                                            plan.offset + kept, task=plan.task,
+                                            used_at=time.monotonic())
+    if spec.wants_remote_decode and reason != "abort":
+        core, rid = engine.live.core, plan.core_rid
+        blocks = -(-plan.sim.context_tokens // core.block_size)
+
+        def release() -> None:
+            core.release(rid)
+            engine.live.wake()
+
+        engine.store.put(
+            f"{engine.engine_id}/{plan.request_id}",
+            KvEntry(engine.name, plan.sim.context_tokens, 0, plan.text_key, release=release),
+        )
+        return {
+            "do_remote_prefill": True,
+            "do_remote_decode": False,
+            "remote_block_ids": list(range(min(blocks, 64))),
+            "remote_engine_id": engine.engine_id,
+            "remote_host": engine.host,
+            "remote_port": engine.port,
+            "remote_request_id": plan.request_id,
+            "tp_size": engine.profile.devices,
+        }
+    return None
+
+
+def response_headers(plan: Plan) -> dict[str, str]:
+    """Headers every generation response carries."""
+    headers = {"x-request-id": plan.request_id}
+    if plan.handoff:
+        headers[HANDOFF_HEADER] = plan.handoff
+    return headers
+
+
+def llama_timings(handle: Handle, generated: int) -> dict[str, Any]:
+    """The request's llama.cpp ``timings`` from its sequence's virtual clock."""
+    seq = handle.seq
+    start = seq.first_scheduled if seq.first_scheduled is not None else seq.arrival
+    first = seq.first_token if seq.first_token is not None else start
+    end = seq.finished_at if seq.finished_at is not None else first
+    cached = seq.req.kv_ready_tokens
+    return timings(prompt_n=seq.req.context_tokens - cached, cache_n=cached, prompt_s=max(0.0, first - start),
+                   predicted_n=generated, predicted_s=max(0.0, end - first))
+
+
+async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                      disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
+    """Wait for the whole answer; None if the client went away (the request is aborted)."""
+    generated = 0
+    reason: str | None = None
+    gone = disconnected()
+    try:
+        while reason is None:
+            event = await _next_event(handle, gone)
+            if event is None:
+                engine.live.abort(plan.core_rid)
+                return None
+            generated += event.tokens
+            reason = event.finish_reason
+    finally:
+        gone.cancel()
+        engine.done(plan.core_rid)
+    engine.live.forget(plan.core_rid)
+    params = _after_finish(engine, spec, plan, generated, reason)
+    text = textgen.generate(plan.text_key, plan.offset, generated)
+    if native:
+        return native_completion(content=text, model=spec.model, id_slot=plan.slot if plan.slot is not None else -1, prompt_tokens=plan.sim.context_tokens,
+                                 predicted=generated, cached=plan.sim.kv_ready_tokens,
+                                 stop_type="limit" if reason == "length" else "eos",
+                                 timings=llama_timings(handle, generated), stream=False)
+    if engine.dialect == "llamacpp":
+        return llama_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
+                              plan.sim.context_tokens, generated, plan.sim.kv_ready_tokens,
+                              llama_timings(handle, generated), role=spec.role)
+    return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
+                         plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
+
+
+async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent | None:
+    """The next event of a request, or None when its client went away first."""
+    if not handle.events.empty():
+        return handle.events.get_nowait()
+    getter = asyncio.ensure_future(handle.events.get())
+    done, _ = await asyncio.wait({getter, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if getter in done:
+        return getter.result()
+    getter.cancel()
+    return None
+
+
+async def first_event(engine: SimEngine, plan: Plan, handle: Handle,
+                      disconnected: Callable[[], asyncio.Future[Any]]) -> TokenEvent | None:
+    """Wait for a request's first token (llama-server sends no headers before it).
+
+    None when the client went away first; the request is then aborted.
+    """
+    gone = disconnected()
+    try:
+        event = await _next_event(handle, gone)
+    finally:
+        gone.cancel()
+    if event is None:
+        engine.live.abort(plan.core_rid)
+        engine.done(plan.core_rid)
+    return event
+
+
+async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                        disconnected: Callable[[], asyncio.Future[Any]],
+                        early: TokenEvent | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed answer; a client that goes away aborts the request.
+
+    ``early`` is a first event already taken from the request's queue (see :func:`first_event`).
+    """
+    writer: ChunkWriter
+    if engine.dialect == "llamacpp":
+        writer = LlamaChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
+                                  plan.sim.context_tokens, spec.include_usage, plan.sim.kv_ready_tokens)
+    else:
+        writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
+                             plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
+    die = engine.faults.take_mid_stream_death()
+    sent = 0
+    generated = 0
+    finished = False
+
+    async def emit(chunk: bytes) -> AsyncIterator[bytes]:
+        nonlocal sent
+        yield chunk
+        sent += 1
+        if die and sent >= DIE_AFTER_CHUNKS:
+            await asyncio.sleep(0.05)  # let the kernel take the bytes already written
+            os._exit(1)
+
+    gone = disconnected()
+    try:
+        first = True
+        reason: str | None = None
+        while reason is None:
+            event: TokenEvent | None
+            if early is not None:
+                event, early = early, None
+            else:
+                event = await _next_event(handle, gone)
+            if event is None:
+                return
+            tokens, reason = event.tokens, event.finish_reason
+            while reason is None and not handle.events.empty():  # late: merge what is queued
+                more = handle.events.get_nowait()
+                tokens += more.tokens
+                reason = more.finish_reason
+            if first:
+                first = False
+                role = writer.first()
+                if role is not None:
+                    async for chunk in emit(role):
+                        yield chunk
+            text = textgen.generate(plan.text_key, plan.offset + generated, tokens)
+            generated += tokens
+            if reason is not None:
+                finished = True
+                engine.live.forget(plan.core_rid)
+                _after_finish(engine, spec, plan, generated, reason)
+                if isinstance(writer, LlamaChunkWriter):
+                    writer.timings = llama_timings(handle, generated)
+            if tokens or reason is not None:
+                async for chunk in emit(writer.content(text, tokens, reason)):
+                    yield chunk
+        tail = writer.final_usage()
+        if tail is not None:
+            async for chunk in emit(tail):
+                yield chunk
+        async for chunk in emit(SSE_DONE):
+            yield chunk
+    finally:
+        gone.cancel()
+        engine.done(plan.core_rid)
+        if not finished:
+            engine.live.abort(plan.core_rid)

@@ -1,0 +1,409 @@
+"""Virtual-time runner: a workload through simulated engines and a routing policy, in seconds.
+
+It behaves like the live conductor (``design.md``, "A request's path"): at each arrival
+it builds a :class:`~syshaxd.snapshot.Snapshot` — the engines' metrics as of the last
+scrape (every ``scrape_interval`` seconds, rates over ``rate_window`` through the
+monitor's own RateTracker) plus the conductor's live ``inflight``/``scheduled`` counts —
+and calls the policy. ``device None`` queues the request (bounded FIFO; full = rejected)
+until an engine releases one or a scrape lands; ``request_timeout`` ends a request
+wherever it is. ``pd_split`` prefills on a GPU engine and decodes on a CPU engine per the
+handoff protocol; a CPU ``token_limit`` stops the CPU after that many tokens and asks the
+policy again for the next limit (sysHAX's ``"scheduled"`` loop). Engine steps between
+events are fast-forwarded, so 10,000 requests take seconds; the same inputs always give
+the same result.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+
+from sim import timing
+from sim.core import EngineCore, SimRequest, StepResult
+from sim.profile import Profile
+from sim.report import RequestResult, RunResult, summarise
+from sim.traces import TraceRequest
+from syshaxd.config import Handoff
+from syshaxd.engines.rates import RateTracker
+from syshaxd.policy.common import pick_engine
+from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.snapshot import Device, EngineMetrics, EngineState, EngineView, HistogramData, Snapshot
+
+INF = math.inf
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """One simulated engine of a run."""
+
+    name: str
+    device: Device
+    profile: Profile
+    max_num_seqs: int | None = None
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The conductor settings a run uses (the config's defaults)."""
+
+    scrape_interval: float = 1.0  # monitor.interval
+    rate_window: float = 5.0
+    max_queue: int = 100  # system.max_queue_size
+    timeout: float = 600.0  # system.request_timeout
+    handoff: Handoff | None = None  # None: limits.handoff
+    cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
+
+
+@dataclass
+class _Engine:
+    spec: EngineSpec
+    core: EngineCore
+    rates: RateTracker
+    metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    inflight: int = 0
+    scheduled: int = 0
+    pending: StepResult | None = None
+    stalled: bool = False  # queued work that cannot start until something changes
+    ttft: list[float] = field(default_factory=lambda: [0.0, 0.0])  # count, sum
+    tpot: list[float] = field(default_factory=lambda: [0.0, 0.0])
+    last_token: dict[str, float] = field(default_factory=dict)
+
+    def next_time(self) -> float:
+        if self.pending is not None:
+            return self.pending.end
+        if self.stalled:
+            return INF
+        t = self.core.next_event_time()
+        return INF if t is None else t
+
+    def scrape(self, now: float) -> None:
+        c = self.core.counters
+        raw = EngineMetrics(
+            kv_cache_usage=self.core.kv_usage, running=self.core.num_running, waiting=self.core.num_waiting,
+            swapped=self.core.num_swapped, preemptions_total=float(c.preemptions),
+            prompt_tokens_total=float(c.prompt_tokens), generation_tokens_total=float(c.generation_tokens),
+            requests_finished_total=float(sum(c.finished.values())),
+            histograms=(("ttft", HistogramData((), self.ttft[0], self.ttft[1])),
+                        ("tpot", HistogramData((), self.tpot[0], self.tpot[1]))),
+        )
+        self.metrics = self.rates.update(raw, now)
+
+    def view(self) -> EngineView:
+        return EngineView(self.spec.name, self.spec.device, f"sim://{self.spec.name}", "vllm-v1",
+                          state=EngineState.UP, metrics=self.metrics, inflight=self.inflight, scheduled=self.scheduled)
+
+
+@dataclass(eq=False)
+class _Flight:
+    index: int
+    req: TraceRequest
+    features: RequestFeatures
+    deadline: float
+    decision: Decision | None = None
+    first_token: float | None = None
+    finished: float | None = None
+    visible: int = 0
+    tokens: Counter[str] = field(default_factory=Counter)  # by device
+    devices: set[str] = field(default_factory=set)
+    holds: set[str] = field(default_factory=set)
+    unstarted: set[str] = field(default_factory=set)
+    rid: str | None = None
+    engine: str | None = None
+    segment: int = 0
+    split_cpu: str | None = None
+    hidden_first: bool = False
+    reasks: int = 0
+    outcome: str = "ok"
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None or self.outcome != "ok"
+
+
+class VirtualConductor:
+    """Replays workloads through simulated engines under a policy, in virtual time."""
+
+    def __init__(self, engines: Sequence[EngineSpec], policy: Policy, limits: Limits,
+                 options: RunOptions | None = None) -> None:
+        if not engines:
+            raise ValueError("a run needs at least one engine")
+        names = [e.name for e in engines]
+        if len(set(names)) != len(names):
+            raise ValueError(f"engine names must be unique: {names}")
+        self.options = options or RunOptions()
+        self.engines = {e.name: _Engine(e, EngineCore(e.profile, max_num_seqs=e.max_num_seqs),
+                                        RateTracker(self.options.rate_window)) for e in engines}
+        self.policy, self.limits = policy, limits
+        self.handoff: Handoff = self.options.handoff or limits.handoff
+        self.now = 0.0
+        self.queue: deque[_Flight] = deque()
+        self.flights: list[_Flight] = []
+        self.by_rid: dict[str, _Flight] = {}
+        self.deadlines: list[tuple[float, int]] = []
+        self.decisions: Counter[str] = Counter()
+        self.open = 0
+        self.progress: Callable[[int, int], None] | None = None
+        self.total = 0
+
+    # -- what the policy sees --------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """The engines as the live conductor would show them to its policy now."""
+        return Snapshot(taken_at=self.now, engines=tuple(e.view() for e in self.engines.values()))
+
+    def _pick(self, snap: Snapshot, device: Device | None, preferred: str | None) -> _Engine | None:
+        if device is None:
+            return None
+        if preferred in self.engines and self.engines[preferred].spec.device == device:
+            return self.engines[preferred]
+        view = pick_engine(snap, device)
+        return self.engines[view.name] if view is not None else None
+
+    # -- routing -----------------------------------------------------------------------
+    def _fits(self, f: _Flight, e: _Engine) -> bool:
+        p = e.core.profile
+        return f.req.prompt_tokens + f.req.output_tokens <= p.max_model_len and f.req.prompt_tokens < p.kv_capacity_tokens
+
+    def _route(self, f: _Flight) -> bool:
+        snap = self.snapshot()
+        decision = self.policy(snap, f.features, self.limits)
+        if decision.device is None:
+            return False
+        gpu = cpu = None
+        if decision.mode is Mode.PD_SPLIT:
+            gpu, cpu = self._pick(snap, "gpu", None), self._pick(snap, "cpu", decision.engine)
+            if gpu is None or cpu is None:
+                decision = replace(decision, mode=Mode.WHOLE)
+        target = self._pick(snap, decision.device, decision.engine)
+        if target is None:  # as the conductor: the other device when this one has no engine
+            other: Device = "cpu" if decision.device == "gpu" else "gpu"
+            target = self._pick(snap, other, None)
+            if target is None:
+                return False
+            decision = replace(decision, device=other, mode=Mode.WHOLE)
+        f.decision = decision
+        self.decisions["pd_split" if decision.mode is Mode.PD_SPLIT else str(decision.device)] += 1
+        if decision.mode is Mode.PD_SPLIT and gpu is not None and cpu is not None:
+            if not (self._fits(f, gpu) and self._fits(f, cpu)):
+                self._finish(f, "error")
+                return True
+            for e in (gpu, cpu):
+                self._reserve(f, e)
+            f.split_cpu = cpu.spec.name
+            first = 2 if self.handoff == "syshax" else 1
+            f.hidden_first = self.handoff in ("kv-transfer", "llamacpp-slots")
+            self._submit(f, gpu, f.req.prompt_tokens, min(first, f.req.output_tokens))
+            return True
+        if not self._fits(f, target):
+            self._finish(f, "error")
+            return True
+        self._reserve(f, target)
+        new = f.req.output_tokens
+        if target.spec.device == "cpu" and self.options.cpu_segments:
+            new = self._segment(f, new)
+        self._submit(f, target, f.req.prompt_tokens, new)
+        return True
+
+    def _segment(self, f: _Flight, remaining: int) -> int:
+        limit = f.decision.token_limit if f.decision is not None else None
+        return remaining if limit is None else max(1, min(limit, remaining))
+
+    def _reserve(self, f: _Flight, e: _Engine) -> None:
+        f.holds.add(e.spec.name)
+        f.unstarted.add(e.spec.name)
+        e.inflight += 1
+        e.scheduled += 1
+
+    def _started(self, f: _Flight, e: _Engine) -> None:
+        if e.spec.name in f.unstarted:
+            f.unstarted.discard(e.spec.name)
+            e.scheduled -= 1
+
+    def _release(self, f: _Flight, e: _Engine) -> None:
+        self._started(f, e)
+        if e.spec.name in f.holds:
+            f.holds.discard(e.spec.name)
+            e.inflight -= 1
+
+    def _submit(self, f: _Flight, e: _Engine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
+        f.segment += 1
+        rid = f"{f.index}.{f.segment}"
+        e.core.submit(SimRequest(rid, context, new, kv_ready_tokens=kv_ready, kv_delay=kv_delay), at=self.now)
+        e.stalled = False
+        f.rid, f.engine = rid, e.spec.name
+        f.devices.add(e.spec.device)
+        self.by_rid[rid] = f
+
+    def _to_cpu(self, f: _Flight, gpu: _Engine) -> None:
+        """The GPU's part of a split ended: continue on the CPU engine reserved for it."""
+        cpu = self.engines[f.split_cpu or ""]
+        if self.handoff == "recompute":
+            context = f.req.prompt_tokens + f.visible
+            self._started(f, cpu)
+            self._submit(f, cpu, context, f.req.output_tokens - f.visible)
+        elif self.handoff == "syshax":
+            context = f.req.prompt_tokens + f.visible
+            delay = timing.transfer_time(cpu.core.profile, context)
+            self._started(f, cpu)
+            self._submit(f, cpu, context, self._segment(f, f.req.output_tokens - f.visible), context - 1, delay)
+        else:  # kv-transfer (over the link) or llamacpp-slots (saved, then restored: twice)
+            trips = 2 if self.handoff == "llamacpp-slots" else 1
+            delay = trips * timing.transfer_time(cpu.core.profile, f.req.prompt_tokens)
+            self._submit(f, cpu, f.req.prompt_tokens, f.req.output_tokens, f.req.prompt_tokens - 1, delay)
+
+    # -- engine results ------------------------------------------------------------------
+    def _deliver(self, e: _Engine, result: StepResult) -> None:
+        per_step = (result.end - result.start) / max(1, result.steps)
+        end, device, last, by_rid = result.end, e.spec.device, e.last_token, self.by_rid
+        decoded = 0
+        for seq, n in result.tokens:
+            rid = seq.rid
+            if rid in last:
+                decoded += n
+            else:
+                e.ttft[0] += 1
+                e.ttft[1] += end - seq.arrival
+                last[rid] = end
+            f = by_rid.get(rid)
+            if f is None or f.done or (f.hidden_first and device == "gpu"):
+                continue
+            if f.unstarted:
+                self._started(f, e)
+            f.visible += n
+            f.tokens[device] += n
+            if f.first_token is None:
+                f.first_token = end
+        e.tpot[0] += decoded
+        e.tpot[1] += per_step * decoded
+        for seq in result.finished:
+            e.last_token.pop(seq.rid, None)
+            f = self.by_rid.pop(seq.rid, None)
+            if f is not None and not f.done:
+                self._segment_done(f, e)
+
+    def _segment_done(self, f: _Flight, e: _Engine) -> None:
+        if f.visible >= f.req.output_tokens:
+            self._finish(f, "ok")
+        elif e.spec.device == "gpu" and f.split_cpu is not None and len(f.devices) == 1:
+            self._release(f, e)
+            self._to_cpu(f, e)
+        else:  # a CPU segment stopped at its token limit: ask the policy for the next one
+            f.features = replace(f.features, generated_tokens=f.visible, has_num_decode_tokens=True)
+            decision = self.policy(self.snapshot(), f.features, self.limits)
+            f.reasks += 1
+            self.decisions["reask"] += 1
+            f.decision = replace(f.decision or decision, token_limit=decision.token_limit)
+            context = f.req.prompt_tokens + f.visible
+            self._submit(f, e, context, self._segment(f, f.req.output_tokens - f.visible), context - 1)
+
+    def _finish(self, f: _Flight, outcome: str) -> None:
+        self.open -= 1
+        f.outcome = outcome
+        if outcome == "ok":
+            f.finished = self.now
+        elif f.rid is not None and f.engine is not None:
+            engine = self.engines[f.engine]
+            engine.core.abort(f.rid)
+            engine.stalled = False  # freed blocks may let queued work start
+            self.by_rid.pop(f.rid, None)
+        for name in list(f.holds):
+            self._release(f, self.engines[name])
+        if self.progress is not None:
+            self.progress(len(self.flights) - self.open, self.total)
+
+    def _kick(self) -> None:
+        while self.queue:
+            head = self.queue[0]
+            if head.done:
+                self.queue.popleft()
+            elif self._route(head):
+                self.queue.popleft()
+            else:
+                return
+
+    def _arrive(self, index: int, req: TraceRequest) -> None:
+        features = RequestFeatures(prompt_tokens=req.prompt_tokens, max_tokens=req.output_tokens, request_id=str(index))
+        f = _Flight(index, req, features, deadline=self.now + self.options.timeout)
+        self.flights.append(f)
+        self.open += 1
+        heapq.heappush(self.deadlines, (f.deadline, index))
+        if not self.queue and self._route(f):
+            return
+        if len(self.queue) >= self.options.max_queue:
+            self.decisions["rejected"] += 1
+            self._finish(f, "rejected")
+            return
+        self.decisions["queued"] += 1
+        self.queue.append(f)
+
+    # -- the clock -------------------------------------------------------------------------
+    def run(self, requests: Sequence[TraceRequest],
+            progress: Callable[[int, int], None] | None = None) -> RunResult:
+        """Replay ``requests`` to the end; every request ends (ok, rejected, timeout, error)."""
+        self.progress, self.total = progress, len(requests)
+        arrivals = deque(sorted(enumerate(requests), key=lambda x: (x[1].arrival, x[0])))
+        next_scrape = 0.0
+        engines = list(self.engines.values())
+        while arrivals or self.open:
+            t_arrival = arrivals[0][1].arrival if arrivals else INF
+            t_deadline = self.deadlines[0][0] if self.deadlines else INF
+            times = [e.next_time() for e in engines]
+            t_engine = min(times)
+            first = engines[times.index(t_engine)]
+            t = min(t_arrival, t_deadline, t_engine, next_scrape)
+            if t == INF:
+                raise RuntimeError("virtual conductor stuck: requests open but no engine can run them")
+            self.now = max(self.now, t)
+            if t_engine == t and first.pending is not None:
+                result, first.pending = first.pending, None
+                self._deliver(first, result)
+                self._kick()
+            elif next_scrape == t:
+                for e in engines:
+                    e.scrape(self.now)
+                next_scrape = self.now + self.options.scrape_interval
+                self._kick()
+            elif t_deadline == t:
+                _, index = heapq.heappop(self.deadlines)
+                f = self.flights[index]
+                if not f.done:
+                    self._finish(f, "timeout")
+                    self._kick()
+            elif t_arrival == t:
+                index, req = arrivals.popleft()
+                self._arrive(index, req)
+            else:
+                if not first.core.running:
+                    first.core.now = max(first.core.now, self.now)  # idle time passed
+                horizon = min([t_arrival, t_deadline, next_scrape] + [x for x, e in zip(times, engines, strict=True)
+                                                                      if e is not first])
+                first.pending = first.core.advance(max(horizon, first.core.now))
+                first.stalled = first.pending is None
+        return self._result()
+
+    def _result(self) -> RunResult:
+        records = []
+        for f in self.flights:
+            route = "none" if not f.devices else "split" if len(f.devices) > 1 else next(iter(f.devices))
+            tpot = None
+            if f.finished is not None and f.first_token is not None and f.visible > 1:
+                tpot = (f.finished - f.first_token) / (f.visible - 1)
+            records.append(RequestResult(
+                index=f.index, arrival=f.req.arrival, prompt_tokens=f.req.prompt_tokens, output_tokens=f.visible,
+                ttft=None if f.first_token is None else f.first_token - f.req.arrival, tpot=tpot,
+                e2e=None if f.finished is None else f.finished - f.req.arrival, route=route,
+                gpu_tokens=f.tokens["gpu"], cpu_tokens=f.tokens["cpu"], reasks=f.reasks, outcome=f.outcome,
+            ))
+        busy = {name: e.core.counters.busy_time for name, e in self.engines.items()}
+        devices: dict[str, str] = {name: e.spec.device for name, e in self.engines.items()}
+        preemptions = {name: e.core.counters.preemptions for name, e in self.engines.items()}
+        end = max([self.now] + [e.core.now for e in self.engines.values()])
+        return RunResult(records, summarise(records, busy, devices, preemptions, end), dict(self.decisions))
+
+
+def run(requests: Sequence[TraceRequest], engines: Sequence[EngineSpec], policy: Policy, limits: Limits | None = None,
+        options: RunOptions | None = None, progress: Callable[[int, int], None] | None = None) -> RunResult:
+    """Replay a workload through simulated engines under a policy (see :class:`VirtualConductor`)."""
+    return VirtualConductor(engines, policy, limits or Limits(), options).run(requests, progress)

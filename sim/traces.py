@@ -1,0 +1,190 @@
+"""Workloads for the virtual-time runner: published traces and synthetic arrival processes.
+
+Formats (``shared/traces/SOURCES.md``):
+- Azure LLM inference trace 2023 (``TIMESTAMP,ContextTokens,GeneratedTokens``): arrival
+  times are the trace's own, relative to its first request.
+- ShareGPT / arXiv length statistics (``num_prefill_tokens,num_decode_tokens,...``):
+  lengths only; arrivals are drawn from a Poisson process at ``rate`` requests/s.
+Everything random takes a seed, so the same seed gives the same workload.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+TRACE_FILES = {
+    "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
+    "sharegpt": "sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv",
+    "arxiv": "arxiv_summarization_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
+}
+TRACE_DIR_ENV = "SYSHAX_TRACE_DIR"
+
+
+class TraceError(ValueError):
+    """A trace that cannot be read, with what is wrong with it."""
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a workload: when it arrives and how long it is."""
+
+    arrival: float  # seconds from the start of the run
+    prompt_tokens: int
+    output_tokens: int
+
+
+def trace_dir() -> Path:
+    """Where named traces live: ``$SYSHAX_TRACE_DIR``, else the workspace's shared/traces."""
+    env = os.environ.get(TRACE_DIR_ENV)
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def _timestamp(text: str) -> float:
+    # "2023-11-16 18:15:46.6805900": seven fractional digits, more than datetime parses
+    head, _, frac = text.strip().partition(".")
+    try:
+        base = datetime.strptime(head, "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        raise TraceError(f"unreadable timestamp {text!r}") from None
+    return base.timestamp() + (float(f"0.{frac}") if frac else 0.0)
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """``n`` arrival times of a Poisson process with ``rate`` requests per second."""
+    if rate <= 0:
+        raise TraceError(f"arrival rate must be positive, got {rate}")
+    rng = random.Random(seed)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def gamma_arrivals(n: int, rate: float, cv: float, seed: int = 0) -> list[float]:
+    """Bursty arrivals: gamma-distributed gaps with mean 1/rate and coefficient of variation ``cv``."""
+    if rate <= 0 or cv <= 0:
+        raise TraceError(f"rate and cv must be positive, got rate={rate}, cv={cv}")
+    rng = random.Random(seed)
+    shape = 1.0 / (cv * cv)
+    scale = 1.0 / (rate * shape)
+    t, out = 0.0, []
+    for _ in range(n):
+        t += rng.gammavariate(shape, scale)
+        out.append(t)
+    return out
+
+
+def _rows(path: Path) -> tuple[list[str], Iterable[list[str]]]:
+    try:
+        with path.open(newline="", encoding="utf-8") as handle:
+            rows = list(csv.reader(handle))  # the published traces are a few MB at most
+    except OSError as exc:
+        raise TraceError(f"cannot read trace {path}: {exc.strerror or exc}") from None
+    if not rows:
+        raise TraceError(f"{path} is empty")
+    return [h.strip() for h in rows[0]], rows[1:]
+
+
+def load_trace(
+    name_or_path: str,
+    *,
+    limit: int | None = None,
+    rate: float | None = None,
+    seed: int = 0,
+    time_scale: float = 1.0,
+) -> list[TraceRequest]:
+    """Read a trace by name (``azure-conv``, ``sharegpt``, ``arxiv``) or path.
+
+    Args:
+        limit: keep the first ``limit`` requests.
+        rate: requests/s of the Poisson arrivals for length-only traces (default 1.0);
+            for timestamped traces, rescales the arrivals to this mean rate.
+        seed: seed of the drawn arrivals.
+        time_scale: multiplies arrival times (0.5 = twice as dense).
+    """
+    path = Path(name_or_path) if name_or_path not in TRACE_FILES else trace_dir() / TRACE_FILES[name_or_path]
+    header, rows = _rows(path)
+    out: list[TraceRequest] = []
+    if header[:3] == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
+        stamps: list[float] = []
+        for i, row in enumerate(rows, start=2):
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                stamps.append(_timestamp(row[0]))
+                out.append(TraceRequest(0.0, max(1, int(row[1])), max(1, int(row[2]))))
+            except (IndexError, ValueError):
+                raise TraceError(f"{path}:{i}: expected TIMESTAMP,ContextTokens,GeneratedTokens") from None
+        if not out:
+            raise TraceError(f"{path} has no requests")
+        t0 = stamps[0]
+        times = [t - t0 for t in stamps]
+        if rate is not None and len(times) > 1 and times[-1] > 0:
+            factor = (len(times) - 1) / times[-1] / rate
+            times = [t * factor for t in times]
+        return [TraceRequest(t * time_scale, r.prompt_tokens, r.output_tokens) for t, r in zip(times, out, strict=True)]
+    if header[:2] == ["num_prefill_tokens", "num_decode_tokens"]:
+        for i, row in enumerate(rows, start=2):
+            if limit is not None and len(out) >= limit:
+                break
+            try:
+                out.append(TraceRequest(0.0, max(1, int(row[0])), max(1, int(row[1]))))
+            except (IndexError, ValueError):
+                raise TraceError(f"{path}:{i}: expected num_prefill_tokens,num_decode_tokens,...") from None
+        if not out:
+            raise TraceError(f"{path} has no requests")
+        times = poisson_arrivals(len(out), rate if rate is not None else 1.0, seed)
+        return [TraceRequest(t * time_scale, r.prompt_tokens, r.output_tokens) for t, r in zip(times, out, strict=True)]
+    raise TraceError(f"{path}: unknown trace format (header {','.join(header[:4])})")
+
+
+def synthetic(
+    n: int,
+    rate: float,
+    *,
+    prompt_tokens: int = 1024,
+    output_tokens: int = 256,
+    spread: float = 0.0,
+    cv: float = 1.0,
+    seed: int = 0,
+) -> list[TraceRequest]:
+    """``n`` requests at ``rate``/s (Poisson when ``cv`` is 1, gamma otherwise).
+
+    Lengths are fixed, or lognormal around the given medians when ``spread`` (sigma) > 0.
+    """
+    times = poisson_arrivals(n, rate, seed) if cv == 1.0 else gamma_arrivals(n, rate, cv, seed)
+    rng = random.Random(seed + 1)
+
+    def draw(median: int) -> int:
+        return median if spread <= 0 else max(1, round(median * math.exp(rng.gauss(0.0, spread))))
+
+    return [TraceRequest(t, draw(prompt_tokens), draw(output_tokens)) for t in times]
+
+
+def burst(n: int, prompt_tokens: int, output_tokens: int) -> list[TraceRequest]:
+    """``n`` identical requests arriving together at t=0 (a benchmark's ``--num-prompts``)."""
+    return [TraceRequest(0.0, prompt_tokens, output_tokens) for _ in range(n)]
+
+
+def describe(requests: Sequence[TraceRequest]) -> dict[str, float]:
+    """Count, span, mean rate and mean lengths of a workload."""
+    if not requests:
+        return {"requests": 0}
+    span = requests[-1].arrival - requests[0].arrival
+    return {
+        "requests": len(requests),
+        "span_s": span,
+        "rate_per_s": (len(requests) - 1) / span if span > 0 else math.inf,
+        "prompt_mean": sum(r.prompt_tokens for r in requests) / len(requests),
+        "output_mean": sum(r.output_tokens for r in requests) / len(requests),
+    }

@@ -1,0 +1,7 @@
+"""``python -m syshaxd``: the daemon, as the ``syshaxd`` command runs it."""
+
+import sys
+
+from syshaxd.service.main import main
+
+sys.exit(main())

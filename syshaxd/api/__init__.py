@@ -1,0 +1,1 @@
+"""The OpenAI-compatible HTTP API on the conductor's TCP port."""

@@ -1,0 +1,1 @@
+"""The conductor: admission, the flight (a request that owns its books), dispatch, splits, stats."""

@@ -1,0 +1,1 @@
+"""The control API on the Unix socket: state, events, runtime config."""

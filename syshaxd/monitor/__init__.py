@@ -1,0 +1,1 @@
+"""The monitor: engine scrapes, the host and its NUMA layout, into one immutable Snapshot."""

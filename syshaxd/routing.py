@@ -1,0 +1,78 @@
+"""The routing vocabulary: what a policy is asked (RequestFeatures, Limits) and answers (Decision).
+
+Policies are pure functions ``(Snapshot, RequestFeatures, Limits) -> Decision`` of immutable
+inputs, so the live conductor and the virtual-time simulator run exactly the same code.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from syshaxd.snapshot import Device, Snapshot
+
+#: How a pd_split hands a request from the GPU to the CPU (``services.*.handoff``).
+Handoff = Literal["syshax", "kv-transfer", "llamacpp-slots", "recompute"]
+
+
+class Mode(str, enum.Enum):
+    """How a request runs."""
+
+    WHOLE = "whole"  # prefill and decode on one device
+    PD_SPLIT = "pd_split"  # prefill on the GPU, decode on the CPU
+
+
+@dataclass(frozen=True)
+class RequestFeatures:
+    """What a policy may know about a request before it runs."""
+
+    prompt_tokens: int  # estimate
+    max_tokens: int
+    stream: bool = True
+    forced_mode: Mode | None = None  # /v1/chat/pd_disagg forces PD_SPLIT
+    has_num_decode_tokens: bool = False  # sysHAX: such a request goes to the CPU
+    generated_tokens: int = 0  # > 0 when the policy is asked again mid-request
+    request_id: str = ""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The decider's runtime settings, as a policy sees them."""
+
+    max_num_seqs: int = 16
+    gpu_max_batch_size: int | None = None
+    cpu_max_batch_size: int = 20
+    gpu_cache_threshold: float = 90.0  # percent
+    cpu_throughput_threshold: float = 2.0  # tokens/s
+    token_limit_multiplier: float = 10.0
+    token_limit_min: int = 50
+    token_limit_max: int = 1000
+    auto_pd_offload: bool = False
+    ttft_target: float = 5.0  # seconds
+    tpot_target: float = 0.2  # seconds
+    # How a pd_split hands the request over (services.*.handoff): with "recompute" the CPU
+    # pays its own prefill of the prompt, which the adaptive policy must count.
+    handoff: Handoff = "recompute"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Where a request runs, and why.
+
+    ``device is None`` means no capacity: the request waits in the admission queue.
+    ``token_limit`` (CPU decisions) is how many tokens the CPU generates before the
+    policy is asked again; None means to the end.
+    """
+
+    device: Device | None
+    mode: Mode
+    token_limit: int | None
+    reason: str
+    engine: str | None = None  # a specific engine of the device; None = least loaded
+    est_ttft: float | None = None  # seconds, when the policy estimated it
+    est_e2e: float | None = None
+
+
+Policy = Callable[[Snapshot, RequestFeatures, Limits], Decision]

@@ -1,0 +1,1 @@
+"""The running daemon: entry point, wiring, servers, signals, systemd, startup check, vitals."""
