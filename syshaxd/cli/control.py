@@ -16,7 +16,7 @@ from rich.console import Console
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
 from syshaxd.config import ConfigError, parse_scalar
-from syshaxd.control.listen import client_socket_candidates
+from syshaxd.locate import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
 
 TIMEOUT = 10.0
@@ -97,7 +97,7 @@ def connect(args: argparse.Namespace) -> ControlClient:
         if getattr(args, "config", None):
             raise
         config = None  # a broken default config is no reason not to find the daemon
-    candidates = client_socket_candidates(config)
+    candidates = client_socket_candidates(config.control.socket if config is not None else None)
     chosen = next((p for p in candidates if p.exists()), candidates[0])
     return ControlClient(chosen, candidates)
 

@@ -60,6 +60,7 @@ from syshaxd.config.model import (
     iter_keys,
 )
 from syshaxd.config.validate import format_validation_error, prune_null_sections, validate
+from syshaxd.locate import CONFIG_ENV, CONFIG_LOCATIONS, LocateError, find_config_file
 from syshaxd.routing import Handoff
 
 __all__ = [
@@ -74,11 +75,8 @@ __all__ = [
     "save_overrides", "set_dotted", "set_in_file", "unknown_key_error", "validate",
 ]  # fmt: skip
 
-DEFAULT_LOCATIONS: tuple[Path, ...] = (
-    Path("/etc/syshax/config.yaml"),
-    Path("config/config.yaml"),
-)
-ENV_CONFIG = "SYSHAX_CONFIG"
+DEFAULT_LOCATIONS: tuple[Path, ...] = CONFIG_LOCATIONS
+ENV_CONFIG = CONFIG_ENV
 ENV_PREFIX = "SYSHAX_"
 OVERRIDES_NAME = "overrides.yaml"
 
@@ -134,20 +132,10 @@ def find_config_path(
     Returns None when nothing is found (defaults apply). A path given explicitly (option
     or variable) that does not exist is an error.
     """
-    env = os.environ if env is None else env
-    for given, how in (
-        (explicit, "given with --config"),
-        (env.get(ENV_CONFIG), f"from ${ENV_CONFIG}"),
-    ):
-        if given:
-            path = Path(given)
-            if not path.exists():
-                raise ConfigError(f"config file not found ({how})", source=str(path))
-            return path
-    for candidate in DEFAULT_LOCATIONS if locations is None else locations:
-        if candidate.is_file():
-            return candidate
-    return None
+    try:
+        return find_config_file(explicit, env, DEFAULT_LOCATIONS if locations is None else locations)
+    except LocateError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:

@@ -17,18 +17,13 @@ import logging
 import os
 import socket
 import stat
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from syshaxd.config import Config
 from syshaxd.control.peercred import group_name, resolve_group
 
 log = logging.getLogger("syshaxd.control")
 
-SOCKET_NAME = "control.sock"
-SYSTEM_SOCKET = Path("/run/syshax") / SOCKET_NAME
-#: Linux's SO_PEERGROUPS (since 4.13); Python's socket module does not export it.
 
 
 class ControlSocketError(Exception):
@@ -37,45 +32,6 @@ class ControlSocketError(Exception):
 
 class AlreadyRunning(ControlSocketError):
     """Another daemon holds the lock for this socket."""
-
-
-# ---------------------------------------------------------------------------------------
-# Where the socket lives
-
-
-def default_socket_path(config: Config | None = None, env: Mapping[str, str] | None = None) -> Path:
-    """The daemon's control socket: ``control.socket``, else the runtime directory's default.
-
-    Under systemd ``$RUNTIME_DIRECTORY`` (RuntimeDirectory=syshax) wins; root uses
-    /run/syshax; another user ``$XDG_RUNTIME_DIR/syshax``, else /tmp/syshax-<uid>.
-    """
-    env = os.environ if env is None else env
-    if config is not None and config.control.socket is not None:
-        return Path(config.control.socket)
-    if env.get("RUNTIME_DIRECTORY"):
-        return Path(env["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME
-    if os.geteuid() == 0:
-        return SYSTEM_SOCKET
-    if env.get("XDG_RUNTIME_DIR"):
-        return Path(env["XDG_RUNTIME_DIR"]) / "syshax" / SOCKET_NAME
-    return Path(f"/tmp/syshax-{os.geteuid()}") / SOCKET_NAME
-
-
-def client_socket_candidates(config: Config | None = None, env: Mapping[str, str] | None = None) -> list[Path]:
-    """Where a client looks for the daemon, in order (the config's socket alone if it sets one)."""
-    env = os.environ if env is None else env
-    if config is not None and config.control.socket is not None:
-        return [Path(config.control.socket)]
-    # The system daemon first, then the user's own (the console looks in the same order).
-    found: list[Path] = []
-    if env.get("RUNTIME_DIRECTORY"):
-        found.append(Path(env["RUNTIME_DIRECTORY"].split(":")[0]) / SOCKET_NAME)
-    found.append(SYSTEM_SOCKET)
-    if os.geteuid() != 0 and env.get("XDG_RUNTIME_DIR"):
-        found.append(Path(env["XDG_RUNTIME_DIR"]) / "syshax" / SOCKET_NAME)
-    if os.geteuid() != 0 and not env.get("XDG_RUNTIME_DIR"):
-        found.append(Path(f"/tmp/syshax-{os.geteuid()}") / SOCKET_NAME)
-    return list(dict.fromkeys(found))
 
 
 # ---------------------------------------------------------------------------------------

@@ -26,10 +26,10 @@ from syshaxd.control.listen import (
     ControlSocket,
     ControlSocketError,
     create_control_socket,
-    default_socket_path,
 )
 from syshaxd.control.peercred import AccessPolicy
 from syshaxd.control.state import build_state
+from syshaxd.locate import default_socket_path
 from syshaxd.schema import ConfigChangeModel, MemoryModel, StateModel
 from syshaxd.service.sdnotify import Notifier, listen_fds, watchdog_interval
 from syshaxd.service.servers import (
@@ -112,7 +112,7 @@ class Daemon:
         """Serve until SIGTERM/SIGINT; returns the exit code."""
         # The control socket comes first: a second daemon fails on its lock before touching
         # the TCP port or the engines, and never deletes the first one's socket.
-        control_path = default_socket_path(self.config)
+        control_path = default_socket_path(self.config.control.socket)
         control = create_control_socket(control_path, self.config.control.group)
         self._controls = [control]
         try:

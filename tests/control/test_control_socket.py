@@ -141,23 +141,6 @@ async def test_non_member_cannot_even_connect(control_api: ControlHarness) -> No
     assert "Permission denied" in body
 
 
-def test_socket_location_follows_config_systemd_root_and_user(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    from syshaxd.config import Config
-    from syshaxd.control.listen import SYSTEM_SOCKET, client_socket_candidates, default_socket_path
-
-    explicit = Config.model_validate({"control": {"socket": str(tmp_path / "x.sock")}})
-    assert default_socket_path(explicit, {"RUNTIME_DIRECTORY": "/run/other"}) == tmp_path / "x.sock"
-    assert client_socket_candidates(explicit, {}) == [tmp_path / "x.sock"]
-    assert default_socket_path(None, {"RUNTIME_DIRECTORY": "/run/syshax"}) == Path("/run/syshax/control.sock")
-    monkeypatch.setattr(cs.os, "geteuid", lambda: 0)
-    assert default_socket_path(None, {"XDG_RUNTIME_DIR": "/run/user/0"}) == SYSTEM_SOCKET
-    monkeypatch.setattr(cs.os, "geteuid", lambda: 1000)
-    user = Path("/run/user/1000/syshax/control.sock")
-    assert default_socket_path(None, {"XDG_RUNTIME_DIR": "/run/user/1000"}) == user
-    assert default_socket_path(None, {}) == Path("/tmp/syshax-1000/control.sock")
-    assert client_socket_candidates(None, {"XDG_RUNTIME_DIR": "/run/user/1000"}) == [SYSTEM_SOCKET, user]
-
-
 def test_remade_socket_owns_the_path_and_closing_the_old_one_leaves_it(public_dir: Path) -> None:
     path = public_dir / "control.sock"
     first = create_control_socket(path, "nogroup")
