@@ -2,6 +2,6 @@
 
 import sys
 
-from syshaxd.service.main import main
+from syshaxd.service import main
 
 sys.exit(main())

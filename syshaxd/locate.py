@@ -31,7 +31,12 @@ SYSTEM_SOCKET = Path("/run/syshax") / SOCKET_NAME
 
 
 class LocateError(Exception):
-    """A file the user named cannot be used; the message says which and why."""
+    """A file the user named cannot be used: ``path``, and ``reason`` saying why."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 def find_config_file(
@@ -46,8 +51,8 @@ def find_config_file(
     for given, how in ((explicit, "given with --config"), (env.get(CONFIG_ENV), f"from ${CONFIG_ENV}")):
         if given:
             path = Path(given)
-            if not path.is_file():
-                raise LocateError(f"config file {path} ({how}) not found")
+            if not path.exists():
+                raise LocateError(path, f"config file not found ({how})")
             return path
     for candidate in CONFIG_LOCATIONS if locations is None else locations:
         if candidate.is_file():
@@ -112,7 +117,7 @@ def configured_socket(config_path: str | Path | None = None, env: Mapping[str, s
         data: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         if named:
-            raise LocateError(f"cannot read {path}: {exc}") from None
+            raise LocateError(path, f"cannot read the config file: {exc}") from None
         return None
     control = data.get("control") if isinstance(data, dict) else None
     socket = control.get("socket") if isinstance(control, dict) else None

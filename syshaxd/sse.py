@@ -85,7 +85,23 @@ class Decoder:
             event = self._line(line)
             if event is not None:
                 out.append(event)
+        if self.strict and self._buffer:
+            self._check_partial(self._buffer)
         return out
+
+    @staticmethod
+    def _check_partial(line: bytes) -> None:
+        # A strict reader refuses garbage as soon as it can tell, not only at its line's end:
+        # an engine that answers a bare error text with 200 and never a newline must fail.
+        if line[0] == 58:  # a comment
+            return
+        field, colon, _ = line.partition(b":")
+        if colon:
+            ok = field in _FIELDS
+        else:
+            ok = any(name.startswith(field) for name in _FIELDS)
+        if not ok:
+            raise NotEventStream(f"not an event stream: {line[:80]!r}")
 
     @property
     def pending(self) -> bool:

@@ -6,7 +6,7 @@ streamed token. Served through FastAPI they paid, per request, for dependency ex
 just to notice a disconnect; per chunk, for that machinery's sends. Here a request is one task
 that reads the body, asks the conductor, and sends the answer, plus one task that waits for
 the client to leave (which cancels the first). Everything else on the port stays FastAPI, and
-these routes stay in its OpenAPI document (:func:`openapi_paths`).
+these routes stay in its OpenAPI document (:mod:`syshaxd.api.openapi`).
 """
 
 from __future__ import annotations
@@ -19,8 +19,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from syshaxd.api.body import parse_request
-from syshaxd.conductor.conductor import Conductor
-from syshaxd.conductor.dispatch import Answer
+from syshaxd.conductor import Answer, Dispatcher
 from syshaxd.config import Config
 from syshaxd.errors import ApiError, error_body
 from syshaxd.request import Kind
@@ -47,9 +46,9 @@ class ClientGone(Exception):
 class CompletionRoutes:
     """ASGI middleware that serves the completion routes itself and passes the rest on."""
 
-    def __init__(self, app: ASGIApp, conductor: Conductor, config: Config) -> None:
+    def __init__(self, app: ASGIApp, dispatcher: Dispatcher, config: Config) -> None:
         self.app = app
-        self.conductor = conductor
+        self.dispatcher = dispatcher
         self.config = config
         self.max_body = config.services.conductor.max_body_bytes
 
@@ -103,7 +102,7 @@ class CompletionRoutes:
         job.result()  # an ApiError before the answer started becomes the error response
 
     async def _answer(self, parsed: Any, forced: Mode | None, send: Send) -> None:
-        answer = await self.conductor.dispatcher.serve(parsed, forced)
+        answer = await self.dispatcher.serve(parsed, forced)
         try:
             if answer.stream is None:
                 await _send_body(send, answer.status, answer.body or b"", [_JSON, *_encode(answer.headers)])
@@ -181,24 +180,3 @@ async def _read_body(receive: Receive, declared: bytes | None, limit: int) -> by
 async def _wait_disconnect(receive: Receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
-
-
-def openapi_paths(chat_schema: dict[str, Any], completion_schema: dict[str, Any]) -> dict[str, Any]:
-    """The routes' entries for the OpenAPI document (FastAPI only documents its own routes)."""
-    paths: dict[str, Any] = {}
-    for path, (kind, _, summary) in ROUTES.items():
-        schema = chat_schema if kind == "chat" else completion_schema
-        error = {"description": "An OpenAI-shaped error", "content": {"application/json": {"schema": {
-            "type": "object", "required": ["error"], "properties": {"error": {"type": "object"}}}}}}
-        paths[path] = {"post": {
-            "summary": summary,
-            "operationId": path.strip("/").replace("/", "_"),
-            "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-            "responses": {
-                "200": {"description": "The completion, or with \"stream\": true a text/event-stream of chunks",
-                        "content": {"application/json": {"schema": {"type": "object"}},
-                                    "text/event-stream": {"schema": {"type": "string"}}}},
-                **{code: error for code in ("400", "401", "404", "413", "415", "422", "429", "502", "503", "504")},
-            },
-        }}
-    return paths

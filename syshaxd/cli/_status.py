@@ -9,7 +9,7 @@ from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from syshaxd.monitor.host import format_cpulist
+from syshaxd.monitor import format_cpulist
 from syshaxd.schema import EngineStateModel, HostModel, StateModel
 
 

@@ -166,7 +166,7 @@ def cmd_version(args: argparse.Namespace) -> int:
 
 def cmd_run(args: argparse.Namespace) -> int:
     """Run syshaxd in this process."""
-    from syshaxd.service.main import main as daemon_main
+    from syshaxd.service import main as daemon_main  # the server stack loads only for `syshax run`
 
     argv = ["--config", args.config] if getattr(args, "config", None) else []
     sys.stdout.flush()

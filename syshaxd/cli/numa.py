@@ -10,8 +10,8 @@ from rich.console import Console
 from rich.table import Table
 
 from syshaxd.cli._common import CommandError, UsageError
-from syshaxd.monitor.host import format_cpulist
-from syshaxd.monitor.numa import (
+from syshaxd.monitor import (
+    format_cpulist,
     RULE_TEXT,
     Binding,
     PlanError,

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from syshaxd.conductor.chunks import iter_events
+from syshaxd.engines import engine_events
 
 
 def streaming_body(body: bytes) -> bytes:
@@ -138,6 +138,6 @@ async def assemble(response: httpx.Response, engine: str, chat: bool) -> bytes:
         EngineFailure: the stream broke, carried an error, or ended without ``[DONE]``.
     """
     assembler = Assembler(chat)
-    async for chunk in iter_events(response, engine):
+    async for chunk in engine_events(response, engine):
         assembler.add(chunk)
     return json.dumps(assembler.answer(), separators=(",", ":"), ensure_ascii=False).encode()

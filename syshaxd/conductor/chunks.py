@@ -1,4 +1,4 @@
-"""Server-Sent Events from engines, read as OpenAI chunks; and chunks written for clients.
+"""What an engine's chunk adds to an answer (:class:`Piece`), and OpenAI chunks written for clients.
 
 The direct path never uses this (bytes pass through untouched). A prefill/decode split
 does: two engines' answers become one response with one id.
@@ -8,52 +8,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
-
-import httpx
-
-from syshaxd.engines.client import EngineFailure, describe_http_error
-from syshaxd.errors import engine_error_message
-
-DONE = "[DONE]"
-
-
-async def iter_events(response: httpx.Response, engine: str) -> AsyncIterator[dict[str, Any]]:
-    """Yield each JSON event of an engine's stream until ``[DONE]``.
-
-    Raises:
-        EngineFailure: the stream broke, carried an error event, held garbage, or ended
-            without ``[DONE]`` (a truncated answer is never taken for success).
-    """
-    buffer = b""
-    try:
-        async for chunk in response.aiter_raw():
-            buffer += chunk
-            while b"\n\n" in buffer:
-                event, buffer = buffer.split(b"\n\n", 1)
-                for line in event.split(b"\n"):
-                    line = line.strip(b"\r")
-                    if not line or line.startswith(b":"):
-                        continue
-                    if not line.startswith(b"data:"):
-                        raise EngineFailure(engine, "engine stream is not Server-Sent Events")
-                    payload = line[5:].strip()
-                    if payload == b"[DONE]":
-                        return
-                    try:
-                        data = json.loads(payload)
-                    except ValueError:
-                        raise EngineFailure(engine, "engine stream holds an event that is not JSON") from None
-                    if not isinstance(data, dict):
-                        raise EngineFailure(engine, "engine stream holds an event that is not an object")
-                    if "error" in data:
-                        raise EngineFailure(engine, engine_error_message(200, payload))
-                    yield data
-    except httpx.HTTPError as exc:
-        raise EngineFailure(engine, describe_http_error(exc)) from None
-    raise EngineFailure(engine, "engine stream ended without [DONE]")
 
 
 @dataclass

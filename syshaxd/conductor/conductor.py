@@ -1,7 +1,8 @@
-"""The conductor: admission, routing through the policy, accounting, and the request's end.
+"""The conductor: admission, routing through the policy, and the books every request runs on.
 
-How an answer is produced (direct pass-through or a prefill/decode split) lives in
-:mod:`syshaxd.conductor.dispatch`; this module decides where a request runs and keeps the books.
+It decides where a request runs and makes the :class:`~syshaxd.conductor.flight.Flight`
+that carries it; how the answer is produced (pass-through or a prefill/decode split) is the
+dispatcher's (:mod:`syshaxd.conductor.dispatch`), which talks to the flight from then on.
 """
 
 from __future__ import annotations
@@ -10,23 +11,29 @@ import asyncio
 import logging
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry
+
 from syshaxd.conductor.admission import AdmissionQueue
+from syshaxd.conductor.books import Books
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.stats import Stats
-from syshaxd.config import Config, engine_specs
-from syshaxd.engines.client import Upstream
+from syshaxd.config import Config
+from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
+from syshaxd.policy import get_policy, pick_engine
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
 from syshaxd.schema import ConductorStatsModel, DecisionModel
-from syshaxd.service.vitals import Vitals
-from syshaxd.snapshot import Device, EngineState, EngineView, Snapshot
+from syshaxd.snapshot import Device, EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
-access_log = logging.getLogger("syshaxd.access")
+
+#: Seconds between admission retries when nothing else makes room (a scrape, a config change).
+KICK_INTERVAL = 0.1
 
 
 class SnapshotSource(Protocol):
@@ -67,7 +74,7 @@ class Route:
     """A routing decision with the engines reserved for it."""
 
     decision: Decision
-    engines: tuple[Upstream, ...]  # one for whole, (gpu, cpu) for a split
+    engines: tuple[EngineClient, ...]  # one for whole, (gpu, cpu) for a split
 
 
 class Conductor:
@@ -79,112 +86,75 @@ class Conductor:
         config: Config,
         runtime: RuntimeSource,
         monitor: SnapshotSource,
+        engines: Mapping[str, EngineClient],
         bus: EventSink | None = None,
     ) -> None:
-        self.config = config
         self.runtime = runtime
         self.monitor = monitor
         self.bus = bus
-        self.upstreams = {spec.name: Upstream.create(spec) for spec in engine_specs(config)}
-        self.handoff = config.services.gpu.handoff
+        self.request_timeout = config.system.request_timeout
+        self._engines = dict(engines)
+        self.books = Books((client.spec for client in self._engines.values()), Stats())
         self.queue: AdmissionQueue[Route | ApiError] = AdmissionQueue(config.system.max_queue_size)
-        self.counters = Stats()
-        self.vitals = Vitals(self.counters.registry, busy=self.busy,
-                             served=lambda: self.counters.requests_total)
+        self.books.on_release = self.queue.kick
         self.accepting = True
         self._policies: dict[str, Policy] = {}
         self._kicker: asyncio.Task[None] | None = None
-        self._flights: set[Flight] = set()
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._closing: set[asyncio.Task[Any]] = set()
-        from syshaxd.conductor.dispatch import Dispatcher
-
-        self.dispatcher = Dispatcher(self)
 
     # -- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
         """Start the background task that lets queued requests in as capacity appears."""
         self._kicker = asyncio.create_task(self._kick_loop(), name="syshax-admission")
-        self.vitals.start()
 
     async def stop(self, grace: float) -> None:
-        """Stop admitting, let in-flight requests finish for up to ``grace`` s, then cut them."""
+        """Stop admitting and let in-flight requests finish for up to ``grace`` s.
+
+        What is still running afterwards ends when the engine clients close (the service's
+        next step): each handler sees its stream break and releases what it holds.
+        """
         self.accepting = False
         self.queue.fail_all(ApiError(503, "syshaxd is shutting down", type="service_unavailable"))
         try:
-            await asyncio.wait_for(self._idle.wait(), grace)
+            await asyncio.wait_for(self.books.wait_idle(), grace)
         except asyncio.TimeoutError:
-            log.warning("%d requests still running after %.0f s of grace: cutting them", len(self._flights), grace)
+            log.warning("%d requests still running after %.0f s of grace: cutting them", self.books.open_count, grace)
         if self._kicker:
             self._kicker.cancel()
-        await self.vitals.stop()
-        for up in self.upstreams.values():
-            await up.aclose()  # ends any stream still open; its handler releases what it holds
 
     async def _kick_loop(self) -> None:
         # Scrapes and config changes can create capacity without a request finishing.
         while True:
-            await asyncio.sleep(0.1)
+            await asyncio.sleep(KICK_INTERVAL)
             try:
                 self.queue.kick()
             except Exception:  # a policy bug must not stop admission for good
                 log.exception("admission kick failed")
 
-    def close_later(self, coro: Any) -> None:
-        """Run a cleanup coroutine without awaiting it (safe inside a cancelled task)."""
-        task = asyncio.ensure_future(coro)
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
-
     # -- what the policy sees --------------------------------------------------------
 
     def live_snapshot(self) -> Snapshot:
         """The monitor's snapshot merged with engine flags and the conductor's own counts."""
-        snap = self.monitor.snapshot()
-        seen = {e.name: e for e in snap.engines}
-        engines = []
-        for name, up in self.upstreams.items():
-            view = seen.get(name) or EngineView(name, up.spec.device, up.spec.url, up.spec.dialect)
-            enabled, draining = self.runtime.engine_flags(name)
-            engines.append(
-                replace(view, enabled=enabled, draining=draining, inflight=up.inflight, scheduled=up.scheduled,
-                        inflight_decode_tokens=up.decode_tokens, scheduled_prompt_tokens=up.prompt_tokens)
-            )
-        return replace(snap, engines=tuple(engines))
+        return self.books.merge(self.monitor.snapshot(), self.runtime.engine_flags)
 
     def policy(self) -> Policy:
         """The active policy (instances are kept: round-robin has a cursor)."""
         name = self.runtime.policy_name
         if name not in self._policies:
-            from syshaxd.policy import get_policy
-
             self._policies[name] = get_policy(name)
         return self._policies[name]
 
     # -- routing ---------------------------------------------------------------------
 
-    def _pick(self, snap: Snapshot, device: Device, preferred: str | None = None) -> Upstream | None:
+    def _pick(self, snap: Snapshot, device: Device, preferred: str | None = None) -> EngineClient | None:
         # The policy's choice if it named a usable engine, else the same least-loaded rule
         # the policies use (one notion of "least loaded" for the whole daemon).
-        from syshaxd.policy import pick_engine
-
         if preferred:
             for view in snap.usable(device):
                 if view.name == preferred:
-                    return self.upstreams[view.name]
+                    return self._engines[view.name]
         best = pick_engine(snap, device)
-        return self.upstreams[best.name] if best is not None else None
-
-    def _down_message(self, snap: Snapshot) -> str:
-        parts = []
-        for view in snap.engines:
-            why = "disabled" if not view.enabled else "draining" if view.draining else view.state.value
-            if view.state is EngineState.DOWN and view.last_error:
-                why += f" ({view.last_error})"
-            parts.append(f"{view.name} ({view.device}) is {why}")
-        return "no engine can take requests: " + "; ".join(parts)
+        return self._engines[best.name] if best is not None else None
 
     def try_route(self, flight: Flight) -> Route | ApiError | None:
         """Ask the policy and reserve engines; None means wait for capacity."""
@@ -195,14 +165,14 @@ class Conductor:
                                reason=f"pd_disagg requested; policy said: {decision.reason}")
         if decision.device is None:
             if not snap.usable("gpu") and not snap.usable("cpu"):
-                return ApiError(503, self._down_message(snap), type="service_unavailable")
+                return ApiError(503, _down_message(snap), type="service_unavailable")
             return None
         engines = self._engines_for(snap, decision)
         if engines is None:
             other: Device = "cpu" if decision.device == "gpu" else "gpu"
             up = self._pick(snap, other)
             if up is None:
-                return ApiError(503, self._down_message(snap), type="service_unavailable")
+                return ApiError(503, _down_message(snap), type="service_unavailable")
             decision = replace(decision, device=other, mode=Mode.WHOLE, engine=None,
                                reason=f"{decision.device} unavailable, using {other}: {decision.reason}")
             engines = (up,)
@@ -211,17 +181,15 @@ class Conductor:
         self._record(flight, decision, engines)
         return Route(decision, engines)
 
-    def _engines_for(self, snap: Snapshot, decision: Decision) -> tuple[Upstream, ...] | None:
+    def _engines_for(self, snap: Snapshot, decision: Decision) -> tuple[EngineClient, ...] | None:
         if decision.mode is Mode.PD_SPLIT:
             gpu, cpu = self._pick(snap, "gpu"), self._pick(snap, "cpu", decision.engine)
-            if gpu is not None and cpu is not None:
-                return (gpu, cpu)
-            return None
+            return (gpu, cpu) if gpu is not None and cpu is not None else None
         assert decision.device is not None
         up = self._pick(snap, decision.device, decision.engine)
         return (up,) if up is not None else None
 
-    def _record(self, flight: Flight, decision: Decision, engines: tuple[Upstream, ...]) -> None:
+    def _record(self, flight: Flight, decision: Decision, engines: tuple[EngineClient, ...]) -> None:
         model = DecisionModel(
             time=time.time(),
             request_id=flight.request_id,
@@ -237,38 +205,25 @@ class Conductor:
             est_e2e=decision.est_e2e,
         )
         flight.decision = model
-        self.counters.record_decision(model)
+        self.books.stats.record_decision(model)
         if self.bus is not None:
             self.bus.publish("decision", model)
 
-    def reask(self, flight: Flight, features: RequestFeatures) -> Decision:
+    # -- what a flight may ask mid-request (flight.Router) -----------------------------
+
+    def reask(self, features: RequestFeatures) -> Decision:
         """Ask the policy again mid-request (the CPU stopped at its token limit)."""
         return self.policy()(self.live_snapshot(), features, self.runtime.limits())
 
-    def resubmit_target(self, flight: Flight, failed: Upstream) -> Upstream | None:
-        """An engine on the other device for a request whose engine failed before any byte."""
-        if flight.resubmitted:
-            return None
-        snap = self.live_snapshot()
-        other: Device = "cpu" if failed.spec.device == "gpu" else "gpu"
-        up = self._pick(snap, other)
-        if up is None:
-            return None
-        flight.resubmitted = True
-        flight.reserve(up)
-        self.counters.resubmits_total += 1
-        self.counters.m_resubmits.inc()
-        if flight.decision is not None:
-            flight.decision = flight.decision.model_copy(
-                update={"device": other, "mode": "whole", "engine": up.name,
-                        "reason": f"resubmitted: {failed.name} failed; {flight.decision.reason}"}
-            )
-        return up
+    def other_engine(self, failed: EngineClient) -> EngineClient | None:
+        """A usable engine on the other device, for a request whose engine failed before any byte."""
+        other: Device = "cpu" if failed.device == "gpu" else "gpu"
+        return self._pick(self.live_snapshot(), other)
 
     # -- a request from start to end -------------------------------------------------
 
     def new_flight(self, parsed: ParsedRequest, forced_mode: Mode | None = None) -> Flight:
-        """Start accounting for a request."""
+        """Start accounting for a request: a flight bound to the books."""
         request_id = uuid.uuid4().hex[:16]
         features = RequestFeatures(
             prompt_tokens=parsed.prompt_tokens,
@@ -278,102 +233,99 @@ class Conductor:
             has_num_decode_tokens=parsed.has_num_decode_tokens,
             request_id=request_id,
         )
-        flight = Flight(request_id, parsed, features, forced_mode,
-                        deadline=time.monotonic() + self.config.system.request_timeout)
-        self._flights.add(flight)
-        self._idle.clear()
+        flight = Flight(request_id, parsed, features, deadline=time.monotonic() + self.request_timeout,
+                        books=self.books, router=self)
+        self.books.opened(flight)
         return flight
 
     async def admit(self, flight: Flight) -> Route:
         """Wait for a route (429 when the queue is full, 504 after the request timeout)."""
         if not self.accepting:
             raise ApiError(503, "syshaxd is shutting down", type="service_unavailable")
-        self.counters.m_queue.set(len(self.queue))
+        stats = self.books.stats
+        stats.m_queue.set(len(self.queue))
         try:
             routed = await asyncio.wait_for(self.queue.admit(lambda: self.try_route(flight)), flight.remaining())
         except asyncio.TimeoutError:
             raise ApiError(504, f"no capacity within system.request_timeout "
-                           f"({self.config.system.request_timeout:g} s)", type="timeout") from None
+                           f"({self.request_timeout:g} s)", type="timeout") from None
         finally:
-            self.counters.m_queue.set(len(self.queue))
+            stats.m_queue.set(len(self.queue))
         if isinstance(routed, ApiError):
             raise routed
         return routed
 
-    def release(self, flight: Flight, up: Upstream) -> None:
-        """An engine's part of a request is over; let a waiting request in."""
-        if flight.release(up):
-            self.queue.kick()
-
-    def finish(self, flight: Flight, outcome: str, tokens: int | None = None) -> None:
-        """The request ended (any way): release everything, record it once, log one line."""
-        if flight.finished:
-            return
-        flight.finished = True
-        if flight.on_finish is not None:
-            flight.on_finish()
-        if flight.release_all():
-            self.queue.kick()
-        self._flights.discard(flight)
-        if not self._flights:
-            self._idle.set()
-        e2e = time.monotonic() - flight.t0
-        if flight.decision is not None:
-            flight.decision = self.counters.record_finish(flight.decision, outcome, flight.ttft, e2e)
-        else:  # never routed: rejected, or timed out in the queue
-            self.counters.record_unrouted(outcome)
-        d = flight.decision
-        access_log.info(
-            "request id=%s kind=%s device=%s mode=%s engine=%s outcome=%s ttft=%s e2e=%.3f "
-            "prompt_tokens~%d max_tokens=%d tokens=%s reason=%r",
-            flight.request_id, flight.parsed.kind, d.device if d else None, d.mode if d else None,
-            d.engine if d else None, outcome, f"{flight.ttft:.3f}" if flight.ttft is not None else "-",
-            e2e, flight.features.prompt_tokens, flight.features.max_tokens,
-            tokens if tokens is not None else "-", d.reason if d else "",
-        )
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug("request id=%s body=%s", flight.request_id, flight.parsed.raw[:2000].decode("utf-8", "replace"))
-
     # -- reporting -------------------------------------------------------------------
+
+    @property
+    def registry(self) -> CollectorRegistry:
+        """The Prometheus registry of the conductor's metrics (the service adds its own)."""
+        return self.books.stats.registry
 
     def busy(self) -> bool:
         """Whether any request is in flight or queued."""
-        return bool(self._flights) or len(self.queue) > 0
+        return self.books.open_count > 0 or len(self.queue) > 0
+
+    def served(self) -> int:
+        """Requests routed so far."""
+        return self.books.stats.requests_total
+
+    def answered_at(self, name: str) -> float | None:
+        """When engine ``name`` last sent answer bytes (time.monotonic()), if ever."""
+        return self.books.answered_at(name)
 
     def inflight(self) -> dict[str, int]:
         """In-flight requests per engine."""
-        return {name: up.inflight for name, up in self.upstreams.items()}
+        return self.books.inflight()
 
     def recent_decisions(self) -> list[DecisionModel]:
         """The most recent routing decisions, oldest first."""
-        return list(self.counters.decisions)
+        return list(self.books.stats.decisions)
 
-    def stats_model(self) -> ConductorStatsModel:
-        """The conductor's counters for the control API."""
-        p50, p99 = self.counters.ttft_quantiles()
-        lag_p99, lag_max = self.vitals.lag.quantiles()
-        for name, up in self.upstreams.items():
-            self.counters.m_inflight.labels(name).set(up.inflight)
-        self.counters.m_queue.set(len(self.queue))
+    def stats_model(self, loop_lag: tuple[float | None, float | None] = (None, None)) -> ConductorStatsModel:
+        """The conductor's counters for the control API (``loop_lag``: the daemon's p99 and max)."""
+        stats = self.books.stats
+        p50, p99 = stats.ttft_quantiles()
+        inflight = self.inflight()
+        for name, count in inflight.items():
+            stats.m_inflight.labels(name).set(count)
+        stats.m_queue.set(len(self.queue))
         return ConductorStatsModel(
             queue_depth=len(self.queue),
             queue_limit=self.queue.max_size,
-            inflight=self.inflight(),
-            requests_total=self.counters.requests_total,
-            requests_per_s=self.counters.requests_per_s(),
+            inflight=inflight,
+            requests_total=stats.requests_total,
+            requests_per_s=stats.requests_per_s(),
             ttft_p50=p50,
             ttft_p99=p99,
-            decisions=dict(self.counters.by_route),
-            reasons=dict(self.counters.by_reason.most_common(20)),
-            outcomes=dict(self.counters.by_outcome),
-            resubmits_total=self.counters.resubmits_total,
-            decision_accuracy=self.counters.accuracy(),
+            decisions=dict(stats.by_route),
+            reasons=dict(stats.by_reason.most_common(20)),
+            outcomes=dict(stats.by_outcome),
+            resubmits_total=stats.resubmits_total,
+            decision_accuracy=stats.accuracy(),
             policy=self.runtime.policy_name,
             auto_pd_offload=self.runtime.limits().auto_pd_offload,
-            loop_lag_p99=lag_p99,
-            loop_lag_max=lag_max,
+            loop_lag_p99=loop_lag[0],
+            loop_lag_max=loop_lag[1],
         )
 
-    def stats(self) -> ConductorStatsModel:
-        """The conductor's counters (the name the daemon uses)."""
-        return self.stats_model()
+    def exposition(self) -> bytes:
+        """Prometheus text of the conductor's metrics (and whatever else shares its registry)."""
+        stats = self.books.stats
+        for view in self.live_snapshot().engines:
+            for state in EngineState:
+                stats.m_engine_state.labels(view.name, state.value).set(1.0 if view.state is state else 0.0)
+        for name, count in self.inflight().items():
+            stats.m_inflight.labels(name).set(count)
+        stats.m_queue.set(len(self.queue))
+        return stats.exposition()
+
+
+def _down_message(snap: Snapshot) -> str:
+    parts = []
+    for view in snap.engines:
+        why = "disabled" if not view.enabled else "draining" if view.draining else view.state.value
+        if view.state is EngineState.DOWN and view.last_error:
+            why += f" ({view.last_error})"
+        parts.append(f"{view.name} ({view.device}) is {why}")
+    return "no engine can take requests: " + "; ".join(parts)

@@ -1,77 +1,184 @@
-"""One request's life inside the conductor: its deadline, the engines it holds, its timings."""
+"""One request's life inside the conductor: its deadline, the engines it holds, how it ended.
+
+A flight is bound to the conductor's books when it is made (:meth:`Conductor.new_flight`).
+Dispatch and every handoff talk to the flight -- ``first_byte``, ``release(engine)``,
+``reask``, ``resubmit``, ``finish(outcome)`` -- and never to the conductor: the flight
+changes the counts, undoes exactly what it did, and writes the request's record once.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from syshaxd.engines.client import Upstream
+from syshaxd.conductor.books import Books
+from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Mode, RequestFeatures
+from syshaxd.routing import Decision, Mode, RequestFeatures
 from syshaxd.schema import DecisionModel
+
+log = logging.getLogger("syshaxd.conductor")
+access_log = logging.getLogger("syshaxd.access")
+
+
+class Router(Protocol):
+    """What a flight may ask of the conductor's routing while it runs."""
+
+    def reask(self, features: RequestFeatures) -> Decision:
+        """The policy's decision for a request already under way."""
+        ...
+
+    def other_engine(self, failed: EngineClient) -> EngineClient | None:
+        """A usable engine on the other device than ``failed``'s, if any."""
+        ...
 
 
 @dataclass(eq=False)
 class Flight:
-    """A request being served: what it holds must always be released exactly once."""
+    """A request being served: what it holds is always released exactly once."""
 
     request_id: str
     parsed: ParsedRequest
     features: RequestFeatures
-    forced_mode: Mode | None
     deadline: float  # time.monotonic()
+    books: Books
+    router: Router
     t0: float = field(default_factory=time.monotonic)
     decision: DecisionModel | None = None
     ttft: float | None = None
     expired: bool = False
     resubmitted: bool = False
     finished: bool = False
-    holds: set[Upstream] = field(default_factory=set)  # counted in inflight
-    unstarted: set[Upstream] = field(default_factory=set)  # counted in scheduled
-    on_finish: Callable[[], None] | None = None  # closes an open upstream response
+    _holds: set[str] = field(default_factory=set)  # engine names counted in inflight
+    _unstarted: set[str] = field(default_factory=set)  # ... and still counted in scheduled
+    _closers: list[Callable[[], None]] = field(default_factory=list)
+
+    @property
+    def forced_mode(self) -> Mode | None:
+        """The mode the route asked for (``/v1/chat/pd_disagg``), if any."""
+        return self.features.forced_mode
 
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
         return max(0.0, self.deadline - time.monotonic())
 
-    def reserve(self, up: Upstream) -> None:
-        """Count this request against an engine until released."""
-        if up in self.holds:
-            return
-        self.holds.add(up)
-        self.unstarted.add(up)
-        up.inflight += 1
-        up.scheduled += 1
-        up.decode_tokens += self.features.max_tokens
-        up.prompt_tokens += self.features.prompt_tokens
+    def holds(self, engine: EngineClient) -> bool:
+        """Whether this request is counted against ``engine``."""
+        return engine.name in self._holds
 
-    def first_byte(self, up: Upstream) -> None:
+    # -- the engines it holds ----------------------------------------------------------
+
+    def reserve(self, engine: EngineClient) -> None:
+        """Count this request against an engine until released."""
+        if engine.name in self._holds:
+            return
+        book = self.books.engines[engine.name]
+        self._holds.add(engine.name)
+        self._unstarted.add(engine.name)
+        book.inflight += 1
+        book.scheduled += 1
+        book.decode_tokens += self.features.max_tokens
+        book.prompt_tokens += self.features.prompt_tokens
+
+    def first_byte(self, engine: EngineClient) -> None:
         """The engine started answering: it is no longer merely scheduled."""
-        up.answered_at = time.monotonic()
-        if up in self.unstarted:
-            self.unstarted.discard(up)
-            up.scheduled -= 1
-            up.prompt_tokens -= self.features.prompt_tokens
+        book = self.books.engines[engine.name]
+        book.answered_at = time.monotonic()
+        if engine.name in self._unstarted:
+            self._unstarted.discard(engine.name)
+            book.scheduled -= 1
+            book.prompt_tokens -= self.features.prompt_tokens
         if self.ttft is None:
             self.ttft = time.monotonic() - self.t0
 
-    def release(self, up: Upstream) -> bool:
-        """Stop counting against ``up``; returns whether anything was released."""
-        if up in self.unstarted:
-            self.unstarted.discard(up)
-            up.scheduled -= 1
-            up.prompt_tokens -= self.features.prompt_tokens
-        if up in self.holds:
-            self.holds.discard(up)
-            up.inflight -= 1
-            up.decode_tokens -= self.features.max_tokens
+    def answering(self, engine: EngineClient) -> None:
+        """The engine sent more of the answer (it is alive, whatever its scrapes say)."""
+        self.books.engines[engine.name].answered_at = time.monotonic()
+
+    def release(self, engine: EngineClient) -> None:
+        """This engine's part is over: stop counting against it and let a waiting request in."""
+        if self._release(engine.name):
+            self.books.on_release()
+
+    def _release(self, name: str) -> bool:
+        book = self.books.engines[name]
+        if name in self._unstarted:
+            self._unstarted.discard(name)
+            book.scheduled -= 1
+            book.prompt_tokens -= self.features.prompt_tokens
+        if name in self._holds:
+            self._holds.discard(name)
+            book.inflight -= 1
+            book.decode_tokens -= self.features.max_tokens
             return True
         return False
 
-    def release_all(self) -> bool:
-        """Release every engine this request holds."""
+    # -- asking the conductor's routing ------------------------------------------------
+
+    def reask(self, features: RequestFeatures) -> Decision:
+        """Ask the policy again mid-request (the CPU stopped at its token limit)."""
+        return self.router.reask(features)
+
+    def resubmit(self, failed: EngineClient) -> EngineClient | None:
+        """Once per request: an engine on the other device, reserved, for an engine that failed
+        before the client saw a byte; None when already resubmitted or none is usable."""
+        if self.resubmitted:
+            return None
+        other = self.router.other_engine(failed)
+        if other is None:
+            return None
+        self.resubmitted = True
+        self.reserve(other)
+        self.books.stats.record_resubmit()
+        self.rerouted(other, f"resubmitted: {failed.name} failed")
+        return other
+
+    def rerouted(self, engine: EngineClient, why: str) -> None:
+        """The whole request now runs on ``engine``: the recorded decision says so, and why."""
+        if self.decision is not None:
+            self.decision = self.decision.model_copy(update={
+                "device": engine.device, "mode": Mode.WHOLE.value, "engine": engine.name,
+                "reason": f"{why}; {self.decision.reason}"})
+
+    # -- the end -----------------------------------------------------------------------
+
+    def on_finish(self, close: Callable[[], None]) -> None:
+        """Call ``close`` when the request ends, however it ends (closes an open engine response)."""
+        self._closers.append(close)
+
+    def finish(self, outcome: str, tokens: int | None = None) -> None:
+        """The request ended (any way): release everything, record it once, log one line."""
+        if self.finished:
+            return
+        self.finished = True
+        for close in self._closers:
+            close()
         released = False
-        for up in list(self.holds):
-            released = self.release(up) or released
-        return released
+        for name in list(self._holds):
+            released = self._release(name) or released
+        e2e = time.monotonic() - self.t0
+        stats = self.books.stats
+        if self.decision is not None:
+            self.decision = stats.record_finish(self.decision, outcome, self.ttft, e2e)
+        else:  # never routed: rejected, or timed out in the queue
+            stats.record_unrouted(outcome)
+        self._log(outcome, e2e, tokens)
+        self.books.closed(self)
+        if released:
+            self.books.on_release()
+
+    def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
+        d = self.decision
+        access_log.info(
+            "request id=%s kind=%s device=%s mode=%s engine=%s outcome=%s ttft=%s e2e=%.3f "
+            "prompt_tokens~%d max_tokens=%d tokens=%s reason=%r",
+            self.request_id, self.parsed.kind, d.device if d else None, d.mode if d else None,
+            d.engine if d else None, outcome, f"{self.ttft:.3f}" if self.ttft is not None else "-",
+            e2e, self.features.prompt_tokens, self.features.max_tokens,
+            tokens if tokens is not None else "-", d.reason if d else "",
+        )
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("request id=%s body=%s", self.request_id, self.parsed.raw[:2000].decode("utf-8", "replace"))

@@ -102,6 +102,11 @@ class Stats:
                 break
         return finished
 
+    def record_resubmit(self) -> None:
+        """Count a request resubmitted to the other device."""
+        self.resubmits_total += 1
+        self.m_resubmits.inc()
+
     def record_unrouted(self, outcome: str) -> None:
         """Count a request that ended before any engine was chosen (queue timeout, shutdown)."""
         self.by_outcome[outcome] += 1

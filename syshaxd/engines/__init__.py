@@ -1,13 +1,23 @@
-"""Engine dialects: where each engine keeps its numbers and how to read them.
+"""Engines: how to talk to one (the client and its connection pool) and how to read its numbers.
 
-``get_dialect(name)`` returns the :class:`Dialect` for a config name (``vllm-v1``,
-``vllm-v0``, ``llamacpp``, ``sglang``, ``openai``). Parsing is pure; rates over time
-live in :mod:`syshaxd.engines.rates`.
+``EngineClient`` sends requests to one engine and classifies failures (``EngineFailure`` is
+worth trying elsewhere, ``EngineRejected`` is the client's own mistake); ``engine_events``
+reads its answer stream. ``get_dialect(name)`` returns the :class:`Dialect` for a config
+name (``vllm-v1``, ``vllm-v0``, ``llamacpp``, ``sglang``, ``openai``): where each engine
+keeps its numbers and how to read them. Parsing is pure; rates over time live in
+:mod:`syshaxd.engines.rates`.
 """
 
 from __future__ import annotations
 
-from syshaxd.engines.base import Dialect
+from syshaxd.engines.base import Dialect, SlotsReading
+from syshaxd.engines.client import (
+    EngineClient,
+    EngineFailure,
+    EngineRejected,
+    describe_http_error,
+    engine_events,
+)
 from syshaxd.engines.llamacpp import LLAMACPP
 from syshaxd.engines.openai import OPENAI
 from syshaxd.engines.promtext import MetricSet, MetricsParseError
@@ -30,4 +40,7 @@ def get_dialect(name: str) -> Dialect:
         raise KeyError(f"unknown engine dialect {name!r}; known: {', '.join(DIALECTS)}") from None
 
 
-__all__ = ["DIALECTS", "Dialect", "MetricSet", "MetricsParseError", "RateTracker", "get_dialect"]
+__all__ = [
+    "DIALECTS", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "MetricSet", "MetricsParseError",
+    "RateTracker", "SlotsReading", "describe_http_error", "engine_events", "get_dialect",
+]  # fmt: skip

@@ -1,9 +1,12 @@
-"""Talking to one engine: a pooled HTTP client, and failures classified for resubmission."""
+"""Talking to one engine: a pooled HTTP client, its event streams, and failures classified
+for resubmission. What the conductor counts against an engine is not kept here but in the
+conductor's books (:mod:`syshaxd.conductor.books`).
+"""
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
@@ -11,6 +14,8 @@ import httpx
 from syshaxd.config import EngineSpec
 from syshaxd.engines.pool import EngineTransport
 from syshaxd.errors import engine_error_message
+from syshaxd.snapshot import Device
+from syshaxd.sse import Decoder, NotEventStream
 
 
 class EngineFailure(Exception):
@@ -33,22 +38,12 @@ class EngineRejected(Exception):
         self.body = body
 
 
-@dataclass(eq=False)  # identity: flights keep the engines they hold in sets
-class Upstream:
-    """One engine with its own pooled client and the conductor's accounting for it."""
+class EngineClient:
+    """One engine with its own pooled HTTP client, reused by every request (never one per request)."""
 
-    spec: EngineSpec
-    client: httpx.AsyncClient
-    inflight: int = 0  # routed here, not finished
-    scheduled: int = 0  # routed here, no first byte yet
-    decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
-    prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
-    answered_at: float | None = None  # time.monotonic() when the engine last sent answer bytes
-
-    @classmethod
-    def create(cls, spec: EngineSpec) -> Upstream:
-        """A client per engine, reused by every request (never a client per request)."""
-        client = httpx.AsyncClient(
+    def __init__(self, spec: EngineSpec) -> None:
+        self.spec = spec
+        self.http = httpx.AsyncClient(
             base_url=spec.url,
             # Reads may legitimately wait minutes (a long CPU decode); the conductor's own
             # request deadline bounds them instead.
@@ -56,12 +51,20 @@ class Upstream:
             transport=EngineTransport(max_idle=512, keepalive_expiry=5.0),
             headers={"User-Agent": "syshaxd"},
         )
-        return cls(spec=spec, client=client)
+        """The pooled client, for protocols that speak an engine's own API (llama-server's /slots)."""
+
+    def __repr__(self) -> str:
+        return f"EngineClient({self.spec.name!r}, {self.spec.url!r})"
 
     @property
     def name(self) -> str:
         """The engine's name."""
         return self.spec.name
+
+    @property
+    def device(self) -> Device:
+        """The device the engine runs on."""
+        return self.spec.device
 
     async def open_stream(
         self, path: str, body: bytes, headers: dict[str, str] | None = None
@@ -72,11 +75,11 @@ class Upstream:
             EngineFailure: the engine is unreachable or answered 5xx.
             EngineRejected: the engine answered 4xx.
         """
-        request = self.client.build_request(
+        request = self.http.build_request(
             "POST", path, content=body, headers={"Content-Type": "application/json", **(headers or {})}
         )
         try:
-            response = await self.client.send(request, stream=True)
+            response = await self.http.send(request, stream=True)
         except httpx.HTTPError as exc:
             raise EngineFailure(self.name, describe_http_error(exc)) from None
         if response.status_code != 200:
@@ -114,9 +117,22 @@ class Upstream:
             raise EngineFailure(self.name, engine_error_message(200, data))
         return parsed, data
 
+    async def get_json(self, path: str, timeout: float) -> Any:
+        """GET ``path`` and parse its JSON answer; None when the engine did not answer 200 with JSON."""
+        try:
+            response = await self.http.get(path, timeout=timeout)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        try:
+            return response.json()
+        except ValueError:
+            return None
+
     async def aclose(self) -> None:
-        """Close the pooled client."""
-        await self.client.aclose()
+        """Close the pooled client (ends any stream still open)."""
+        await self.http.aclose()
 
 
 def describe_http_error(exc: httpx.HTTPError) -> str:
@@ -128,3 +144,34 @@ def describe_http_error(exc: httpx.HTTPError) -> str:
     if isinstance(exc, httpx.RemoteProtocolError):
         return "connection closed by the engine"
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
+
+
+async def engine_events(response: httpx.Response, engine: str) -> AsyncIterator[dict[str, Any]]:
+    """Yield each JSON event of an engine's stream until ``[DONE]``.
+
+    Raises:
+        EngineFailure: the stream broke, carried an error event, held garbage, or ended
+            without ``[DONE]`` (a truncated answer is never taken for success).
+    """
+    decoder = Decoder(strict=True)
+    try:
+        async for chunk in response.aiter_raw():
+            try:
+                events = decoder.feed(chunk)
+            except NotEventStream:
+                raise EngineFailure(engine, "engine stream is not Server-Sent Events") from None
+            for event in events:
+                if event.done:
+                    return
+                try:
+                    data = event.json()
+                except ValueError:
+                    raise EngineFailure(engine, "engine stream holds an event that is not JSON") from None
+                if not isinstance(data, dict):
+                    raise EngineFailure(engine, "engine stream holds an event that is not an object")
+                if "error" in data:
+                    raise EngineFailure(engine, engine_error_message(200, event.data))
+                yield data
+    except httpx.HTTPError as exc:
+        raise EngineFailure(engine, describe_http_error(exc)) from None
+    raise EngineFailure(engine, "engine stream ended without [DONE]")

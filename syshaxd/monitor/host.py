@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -194,13 +194,14 @@ class HostSampler:
 
     Args:
         node_root: the sysfs node directory (tests pass a fake tree).
-        bound_cpus: the CPU engine's binding, when known, shown by the console.
+        bound_cpus: where the CPU engine runs (its processes' affinity), read at each sample.
         use_nvml: try NVML for GPU figures.
     """
 
-    def __init__(self, node_root: Path = NODE_ROOT, bound_cpus: Iterable[int] = (), use_nvml: bool = True) -> None:
+    def __init__(self, node_root: Path = NODE_ROOT, bound_cpus: Callable[[], Iterable[int]] = tuple,
+                 use_nvml: bool = True) -> None:
         self.node_root = node_root
-        self.bound_cpus = tuple(sorted(set(bound_cpus)))
+        self.bound_cpus = bound_cpus
         self._nvml = _Nvml() if use_nvml else None
         psutil.cpu_percent(percpu=True)
 
@@ -214,7 +215,7 @@ class HostSampler:
             mem_total=int(memory.total),
             mem_used=int(memory.total - memory.available),
             gpus=self._nvml.sample() if self._nvml else (),
-            bound_cpus=self.bound_cpus,
+            bound_cpus=tuple(self.bound_cpus()),
         )
 
     @staticmethod

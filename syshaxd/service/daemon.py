@@ -1,4 +1,4 @@
-"""Wires config, monitor, conductor, the OpenAI API and the control socket into one running daemon.
+"""One run of syshaxd: the control socket, the parts, both servers, signals, drain, clean up.
 
 Both HTTP servers (the API on TCP, the control API on a Unix socket) run in one event loop.
 The daemon, not uvicorn, owns the signals: SIGTERM/SIGINT drain and stop (a second one
@@ -22,25 +22,23 @@ from syshaxd.config import ConfigError, LoadedConfig, engine_specs
 from syshaxd.config.runtime import RuntimeConfig
 from syshaxd.control.app import ControlContext, create_control_app, publish_states
 from syshaxd.control.bus import EventBus
-from syshaxd.control.listen import (
-    ControlSocket,
-    ControlSocketError,
-    create_control_socket,
-)
+from syshaxd.control.listen import ControlSocketError, create_control_socket
 from syshaxd.control.peercred import AccessPolicy
 from syshaxd.control.state import build_state
 from syshaxd.locate import default_socket_path
 from syshaxd.schema import ConfigChangeModel, MemoryModel, StateModel
+from syshaxd.service.control_sockets import ControlSockets
 from syshaxd.service.sdnotify import Notifier, listen_fds, watchdog_interval
 from syshaxd.service.servers import (
     BindError,
     SignalFreeServer,
     api_server,
     bind_tcp,
-    control_server,
     describe,
     wait_started,
 )
+from syshaxd.service.startup import startup_check
+from syshaxd.service.wiring import Parts, build_parts
 
 log = logging.getLogger("syshaxd")
 
@@ -49,8 +47,6 @@ log = logging.getLogger("syshaxd")
 UVICORN_GRACE_MARGIN = 5.0
 #: Seconds between STATUS= refreshes.
 STATUS_INTERVAL = 2.0
-#: Seconds between checks that the control socket's file is still there.
-CONTROL_CHECK_S = 2.0
 
 
 class DaemonError(Exception):
@@ -86,7 +82,6 @@ class Daemon:
     """One run of syshaxd: build the parts, serve, drain, clean up."""
 
     def __init__(self, loaded: LoadedConfig) -> None:
-        self.loaded = loaded
         self.config = loaded.config
         self.specs = engine_specs(self.config)
         self.runtime = RuntimeConfig(loaded, [s.name for s in self.specs])
@@ -95,16 +90,18 @@ class Daemon:
         self.started = time.monotonic()
         #: RSS when first ready (None until ready).
         self.rss_start: int | None = None
-        self.bound_cpus: tuple[int, ...] = ()
+        self.parts: Parts | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._signals = 0
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = ""
-        self._controls: list[ControlSocket] = []  # the control socket, and any made again after a deletion
-        self._remade_servers: list[SignalFreeServer] = []
-        self._remade_tasks: list[asyncio.Task[None]] = []
+
+    @property
+    def _parts(self) -> Parts:
+        assert self.parts is not None, "the daemon's parts are built in run()"
+        return self.parts
 
     # -- the run ---------------------------------------------------------------------
 
@@ -112,76 +109,49 @@ class Daemon:
         """Serve until SIGTERM/SIGINT; returns the exit code."""
         # The control socket comes first: a second daemon fails on its lock before touching
         # the TCP port or the engines, and never deletes the first one's socket.
-        control_path = default_socket_path(self.config.control.socket)
-        control = create_control_socket(control_path, self.config.control.group)
-        self._controls = [control]
+        control = create_control_socket(default_socket_path(self.config.control.socket), self.config.control.group)
+        ctx = ControlContext(runtime=self.runtime, bus=self.bus, access=AccessPolicy.from_config(self.config, control.gid),
+                             state=self.state, reload=self.reload)
+        controls = ControlSockets(control, lambda: create_control_app(ctx))
         try:
-            return await self._run_with(control)
+            return await self._run_with(controls, ctx)
         finally:
-            for made in reversed(self._controls):  # the newest owns the path and the lock
-                made.close()
+            controls.close()
             self.notifier.close()
 
-    async def _run_with(self, control: ControlSocket) -> int:
-        from syshaxd.api.app import create_api_app
-        from syshaxd.conductor.conductor import Conductor
-        from syshaxd.monitor.host import HostSampler
-        from syshaxd.monitor.monitor import Monitor
-
+    async def _run_with(self, controls: ControlSockets, ctx: ControlContext) -> int:
         api_sock = self._api_socket()
-        self.bound_cpus = _bound_cpus()
-        # The host sampler primes psutil's CPU counters: a blocking call, off the loop.
-        host = await asyncio.to_thread(HostSampler, bound_cpus=self.bound_cpus)
-        self.monitor = Monitor(self.specs, self.config.monitor, host=host)
-        self.conductor = Conductor(config=self.config, runtime=self.runtime, monitor=self.monitor, bus=self.bus)
-        upstreams = self.conductor.upstreams
-        self.monitor.answered_at = lambda name: upstreams[name].answered_at if name in upstreams else None
+        self.parts = parts = await build_parts(self.config, self.runtime, self.bus)
         self.runtime.on_change(self._on_config_change)
-        ctx = ControlContext(
-            runtime=self.runtime,
-            bus=self.bus,
-            access=AccessPolicy.from_config(self.config, control.gid),
-            state=self.state,
-            reload=self.reload,
-        )
         grace = self.config.system.shutdown_grace
-        api = api_server(create_api_app(self.conductor, self.config), graceful=grace + UVICORN_GRACE_MARGIN)
-        control_api = control_server(create_control_app(ctx))
+        api = api_server(parts.api, graceful=grace + UVICORN_GRACE_MARGIN)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self._reload_on_signal()))
-
-        await self.monitor.start()
-        await self.conductor.start()
+        await parts.start()
         try:
-            servers = {
-                "API": asyncio.create_task(api.serve(sockets=[api_sock]), name="syshax-api"),
-                "control API": asyncio.create_task(control_api.serve(sockets=[control.sock]), name="syshax-control"),
-            }
-            await wait_started({api: servers["API"], control_api: servers["control API"]})
-            log.info(
-                "syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
-                describe(api_sock), control.path, len(self.specs), self.runtime.policy_name,
-            )
+            servers = {"API": asyncio.create_task(api.serve(sockets=[api_sock]), name="syshax-api"),
+                       "control API": controls.serve()}
+            await wait_started({api: servers["API"], controls.servers[0]: servers["control API"]})
+            log.info("syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
+                     describe(api_sock), controls.path, len(self.specs), self.runtime.policy_name)
             self.rss_start = current_rss()
             self.notifier.ready(self.status_text())
-            self._start_background(ctx)
-            self._spawn(self._keep_control_socket(ctx))
+            self._start_background(ctx, controls)
             stopper = asyncio.create_task(self._stop.wait())
             done, _ = await asyncio.wait([stopper, *servers.values()], return_when=asyncio.FIRST_COMPLETED)
             stopper.cancel()
             failed = [name for name, task in servers.items() if task in done]
             if failed:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
-            await self._shutdown(api, [control_api, *self._remade_servers],
-                                 [*servers.values(), *self._remade_tasks], grace)
+            await self._shutdown(api, servers["API"], controls, grace)
             return 1 if failed else 0
         finally:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
-            await self.monitor.stop()
+            await parts.stop()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
 
@@ -198,28 +168,26 @@ class Daemon:
         svc = self.config.services.conductor
         return bind_tcp(svc.host, svc.port)
 
-    async def _shutdown(
-        self, api: SignalFreeServer, controls: list[SignalFreeServer], servers: list[asyncio.Task[None]], grace: float
-    ) -> None:
-        inflight = sum(self.conductor.stats().inflight.values())
+    async def _shutdown(self, api: SignalFreeServer, api_task: asyncio.Task[None], controls: ControlSockets,
+                        grace: float) -> None:
+        inflight = sum(self._parts.conductor.inflight().values())
         log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
         self.notifier.stopping()
         self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
         self.bus.close()  # ends every event stream, so the control server can close
-        for control in controls:
-            control.should_exit = True
+        controls.exit()
         api.should_exit = True
-        draining = asyncio.create_task(self.conductor.stop(grace))
+        draining = asyncio.create_task(self._parts.drain(grace))
         force = asyncio.create_task(self._force.wait())
         await asyncio.wait([draining, force], return_when=asyncio.FIRST_COMPLETED)
         force.cancel()
         if not draining.done():
             draining.cancel()
             await asyncio.gather(draining, return_exceptions=True)
-            for server in (api, *controls):  # uvicorn stops waiting for connections
-                server.force_exit = True
-            await self.conductor.stop(0)
-        await asyncio.gather(*servers, return_exceptions=True)
+            api.force_exit = True  # uvicorn stops waiting for connections
+            controls.exit(force=True)
+            await self._parts.drain(0)
+        await asyncio.gather(api_task, *controls.tasks, return_exceptions=True)
         log.info("syshaxd stopped")
 
     # -- signals, reload, status -----------------------------------------------------
@@ -266,30 +234,27 @@ class Daemon:
             apply_log_level(level)
         interval = change.changed.get("monitor.interval")
         if interval is not None:
-            self.monitor.set_interval(float(interval))
+            self._parts.monitor.set_interval(float(interval))
 
     def state(self) -> StateModel:
         """The control API's full state."""
+        parts = self._parts
         return build_state(
-            snapshot=self.conductor.live_snapshot(),
-            stats=self.conductor.stats(),
-            decisions=self.conductor.recent_decisions(),
+            snapshot=parts.conductor.live_snapshot(),
+            stats=parts.conductor.stats_model(loop_lag=parts.vitals.lag.quantiles()),
+            decisions=parts.conductor.recent_decisions(),
             runtime=self.runtime,
             started_monotonic=self.started,
-            bound_cpus=self.bound_cpus,
             events_dropped=self.bus.dropped_total,
-            memory=self.memory(),
+            memory=MemoryModel(rss=current_rss(), rss_start=self.rss_start),
         )
-
-    def memory(self) -> MemoryModel:
-        """The daemon's RSS now and when it was first ready."""
-        return MemoryModel(rss=current_rss(), rss_start=self.rss_start)
 
     def status_text(self) -> str:
         """One line for ``systemctl status``: engines, in flight, queued, totals."""
         try:
-            snap = self.conductor.live_snapshot()
-            stats = self.conductor.stats()
+            conductor = self._parts.conductor
+            snap = conductor.live_snapshot()
+            stats = conductor.stats_model()
         except Exception:  # the status line must never take the daemon down
             return "running"
         engines = ", ".join(f"{e.name} {e.state.value}" for e in snap.engines)
@@ -299,11 +264,12 @@ class Daemon:
             f"policy {self.runtime.policy_name}; {engines}"
         )
 
-    def _start_background(self, ctx: ControlContext) -> None:
+    def _start_background(self, ctx: ControlContext, controls: ControlSockets) -> None:
         self._spawn(publish_states(ctx, self._stop))
+        self._spawn(controls.keep(self._stop))
         # llamacpp-slots: check every pair now, so a mismatch is in the log at start; the
         # first split waits for this verdict, and none runs between unmatched servers.
-        self._spawn(self.conductor.dispatcher.startup_checks())
+        self._spawn(self._parts.dispatcher.startup_checks())
         self._spawn(self._startup_check())
         self._spawn(self._status_loop())
         interval = watchdog_interval()
@@ -313,47 +279,11 @@ class Daemon:
     async def _startup_check(self) -> None:
         # As sysHAX does: probe every engine, and time a short generation on each when enabled.
         # In the background, bounded, never fatal: requests are served meanwhile.
-        from syshaxd.service.startup import startup_check
-
         try:
             await startup_check(self.specs, self.config.models.params, generate=self.config.monitor.startup_check,
                                 default_model=self.config.models.default)
         except Exception:
             log.exception("startup check failed")
-
-    async def _keep_control_socket(self, ctx: ControlContext) -> None:
-        """Make the control socket again when its file is deleted under the daemon (by hand, or
-        a cleanup of its directory): the console and ``syshax status`` find the daemon again.
-
-        The old socket keeps serving the clients connected to it until the daemon stops.
-        """
-        told = ""
-        while not self._stop.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), CONTROL_CHECK_S)
-            if self._stop.is_set():
-                return
-            current = self._controls[-1]
-            if current.deleted():
-                try:
-                    fresh = current.remake()
-                except ControlSocketError as exc:
-                    if str(exc) != told:
-                        log.error("control socket %s was deleted and cannot be made again: %s; the console "
-                                  "and syshax status cannot reach this daemon (retrying)", current.path, exc)
-                        told = str(exc)
-                    continue
-                server = control_server(create_control_app(ctx))
-                self._controls.append(fresh)
-                self._remade_servers.append(server)
-                self._remade_tasks.append(asyncio.create_task(server.serve(sockets=[fresh.sock]),
-                                                              name="syshax-control"))
-                log.warning("control socket %s was deleted under the daemon; made it again", current.path)
-                told = ""
-            elif current.replaced() and told != "replaced":
-                log.error("control socket %s now names a file this daemon did not make; the console and "
-                          "syshax status cannot reach it until it restarts", current.path)
-                told = "replaced"
 
     def _spawn(self, coro: Any) -> None:
         task = asyncio.create_task(coro)
@@ -373,17 +303,6 @@ class Daemon:
             if text != self._last_status:
                 self._last_status = text
                 self.notifier.status(text)
-
-
-def _bound_cpus() -> tuple[int, ...]:
-    """The CPU engine's binding as the NUMA planner recommends it for this host, if readable."""
-    try:
-        from syshaxd.monitor.numa import plan_for_host
-
-        return tuple(plan_for_host().cpus)
-    except Exception as exc:  # no sysfs (containers) or an odd topology: the console just marks none
-        log.debug("no NUMA plan for this host: %s", exc)
-        return ()
 
 
 def current_rss() -> int:

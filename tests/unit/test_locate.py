@@ -51,7 +51,7 @@ def test_a_named_config_that_is_missing_or_broken_is_an_error_a_default_one_is_n
         configured_socket(tmp_path / "nope.yaml", {})
     broken = tmp_path / "broken.yaml"
     broken.write_text("control: [\n")
-    with pytest.raises(LocateError, match="cannot read"):
+    with pytest.raises(LocateError, match="cannot read the config file"):
         configured_socket(broken, {})
     monkeypatch.setattr(locate, "CONFIG_LOCATIONS", (broken,))
     assert configured_socket(None, {}) is None

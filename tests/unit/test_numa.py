@@ -127,7 +127,7 @@ def test_missing_everything_falls_back_to_the_cpu_count(tmp_path: Path) -> None:
 
 def test_host_sampler_on_fake_tree(tmp_path: Path) -> None:
     root = make_tree(tmp_path, {0: "0-3", 1: "4-7"}, online="0-7")
-    sampler = HostSampler(node_root=root, bound_cpus=[5, 4], use_nvml=False)
+    sampler = HostSampler(node_root=root, bound_cpus=lambda: (4, 5), use_nvml=False)
     view = sampler.sample()
     sampler.close()
     assert [n.id for n in view.numa_nodes] == [0, 1]

@@ -45,6 +45,9 @@ def test_an_event_cut_off_by_the_end_of_the_stream_is_not_dispatched() -> None:
 def test_strict_refuses_garbage_and_lenient_ignores_unknown_fields() -> None:
     with pytest.raises(NotEventStream):
         events(b"<html>oops</html>\n\n", strict=True)
+    with pytest.raises(NotEventStream):  # no line end yet: still refused at once
+        events(b"Internal Server Error", strict=True)
+    assert events(b"dat", b"a: x\n\n", strict=True) == [Event(b"x")]  # a field cut in two is fine
     assert events(b"<html>oops</html>\ndata: x\n\n") == [Event(b"x")]
 
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import json
 
-from syshaxd.conductor.handoff import DecodeRequest, SplitContext, with_token_limit
-from syshaxd.engines.client import EngineFailure
+from syshaxd.conductor.handoff.context import DecodeRequest, SplitContext, with_token_limit
+from syshaxd.engines import EngineFailure
 
 PREFILL_PARAMS = {
     "do_remote_decode": True,
@@ -32,7 +32,7 @@ async def prefill(ctx: SplitContext) -> DecodeRequest:
     for key in ("stream_options", "min_tokens"):
         body.pop(key, None)
     data, _ = await ctx.gpu.post_json(parsed.path, json.dumps(body).encode(), headers)
-    ctx.release(ctx.gpu)
+    ctx.flight.release(ctx.gpu)
     params = data.get("kv_transfer_params")
     if not isinstance(params, dict):
         raise EngineFailure(ctx.gpu.name, "prefill answer carries no kv_transfer_params (is a KV connector configured?)")

@@ -34,7 +34,7 @@ class Engine(Protocol):
         ...
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def http(self) -> httpx.AsyncClient:
         """A client whose base_url is the engine."""
         ...
 
@@ -104,7 +104,7 @@ class PairChecks:
     async def _check(self, prefill: Engine, decode: Engine) -> PairVerdict:
         names = (prefill.name, decode.name)
         try:
-            a, _ = await asyncio.wait_for(check_pair(prefill.client, decode.client, probe=self.probe), self.timeout)
+            a, _ = await asyncio.wait_for(check_pair(prefill.http, decode.http, probe=self.probe), self.timeout)
         except PairMismatch as exc:
             return PairVerdict(*names, False, f"{exc}".removeprefix("pair: "))
         except HandoffError as exc:

@@ -10,8 +10,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from syshaxd.conductor.chunks import Piece, iter_events, piece_of
-from syshaxd.conductor.handoff import SplitContext, with_token_limit
+from syshaxd.conductor.chunks import Piece, piece_of
+from syshaxd.conductor.handoff.context import SplitContext, with_token_limit
+from syshaxd.engines import engine_events
 
 
 def continuation_body(body: dict[str, Any], chat: bool, text: str, remaining: int) -> dict[str, Any]:
@@ -38,22 +39,22 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
     first["stream"] = False
     first.pop("stream_options", None)
     data, _ = await ctx.gpu.post_json(parsed.path, json.dumps(first).encode())
-    ctx.first_byte(ctx.gpu)
-    ctx.release(ctx.gpu)
+    ctx.flight.first_byte(ctx.gpu)
+    ctx.flight.release(ctx.gpu)
     head = piece_of(data, chat)
     generated = head.completion_tokens or 1
     yield Piece(text=head.text, reasoning=head.reasoning, prompt_tokens=head.prompt_tokens,
                 completion_tokens=generated)
     if head.finish_reason == "stop" or generated >= parsed.max_tokens:
         yield Piece(finish_reason=head.finish_reason or "length")
-        ctx.release(ctx.cpu)
+        ctx.flight.release(ctx.cpu)
         return
 
     body = continuation_body(parsed.body, chat, head.text, parsed.max_tokens - generated)
     response = await ctx.cpu.open_stream(parsed.path, json.dumps(body).encode())
     try:
-        ctx.first_byte(ctx.cpu)
-        async for event in iter_events(response, ctx.cpu.name):
+        ctx.flight.first_byte(ctx.cpu)
+        async for event in engine_events(response, ctx.cpu.name):
             piece = piece_of(event, chat)
             # The CPU re-read the whole prompt + text: its prompt count is not the client's.
             piece.prompt_tokens = None

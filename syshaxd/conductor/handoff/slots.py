@@ -22,7 +22,7 @@ import asyncio
 import json
 from collections.abc import Sequence
 
-from syshaxd.conductor.handoff import DecodeRequest, SplitContext
+from syshaxd.conductor.handoff.context import DecodeRequest, SplitContext
 from syshaxd.conductor.handoff.llamacpp_pairs import PairChecks, PairVerdict
 from syshaxd.conductor.handoff.llamacpp_slots import (
     HandoffError,
@@ -32,7 +32,7 @@ from syshaxd.conductor.handoff.llamacpp_slots import (
     restore,
     slot_filename,
 )
-from syshaxd.engines.client import EngineFailure, Upstream
+from syshaxd.engines import EngineClient, EngineFailure
 
 
 def save_filename(engine: str, id_slot: int) -> str:
@@ -49,15 +49,15 @@ class SlotHandoff:
         self._reserved: dict[str, set[int]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    async def check_pairs(self, gpus: Sequence[Upstream], cpus: Sequence[Upstream]) -> list[PairVerdict]:
+    async def check_pairs(self, gpus: Sequence[EngineClient], cpus: Sequence[EngineClient]) -> list[PairVerdict]:
         """Check every GPU -> CPU pair (at start; results are logged and kept)."""
         return await self.checks.check_all((g, c) for g in gpus for c in cpus)
 
-    async def _reserve(self, up: Upstream) -> int:
+    async def _reserve(self, up: EngineClient) -> int:
         async with self._locks.setdefault(up.name, asyncio.Lock()):
             taken = self._reserved.setdefault(up.name, set())
             try:
-                slot = await idle_slot(up.client, side=up.name, exclude=taken)
+                slot = await idle_slot(up.http, side=up.name, exclude=taken)
             except HandoffError as exc:
                 raise EngineFailure(up.name, str(exc)) from None
             if slot is None:
@@ -65,7 +65,7 @@ class SlotHandoff:
             taken.add(slot)
             return slot
 
-    def _free(self, up: Upstream, slot: int | None) -> None:
+    def _free(self, up: EngineClient, slot: int | None) -> None:
         if slot is not None:
             self._reserved.get(up.name, set()).discard(slot)
 
@@ -89,10 +89,10 @@ class SlotHandoff:
             slot_a = await self._reserve(gpu)
             slot_b = await self._reserve(cpu)
             filename = save_filename(gpu.name, slot_a)
-            await prefill_and_save(gpu.client, ctx.parsed.body, id_slot=slot_a, filename=filename,
+            await prefill_and_save(gpu.http, ctx.parsed.body, id_slot=slot_a, filename=filename,
                                    path=ctx.parsed.path, side=gpu.name)
-            ctx.release(gpu)
-            await restore(cpu.client, filename, id_slot=slot_b, side=cpu.name)
+            ctx.flight.release(gpu)
+            await restore(cpu.http, filename, id_slot=slot_b, side=cpu.name)
         except HandoffError as exc:
             self._free(cpu, slot_b)
             # A server may have been restarted with another model: check before the next split.

@@ -12,8 +12,9 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 
-from syshaxd.conductor.chunks import Piece, iter_events, piece_of
-from syshaxd.conductor.handoff import SplitContext
+from syshaxd.conductor.chunks import Piece, piece_of
+from syshaxd.conductor.handoff.context import SplitContext
+from syshaxd.engines import engine_events
 
 SCHEDULED = "scheduled"
 GPU_DECODE_TOKENS = 2
@@ -26,8 +27,8 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
     prefill = dict(parsed.body, num_decode_tokens=GPU_DECODE_TOKENS, stream=False)
     prefill.pop("stream_options", None)
     data, _ = await ctx.gpu.post_json(parsed.path, json.dumps(prefill).encode())
-    ctx.first_byte(ctx.gpu)
-    ctx.release(ctx.gpu)
+    ctx.flight.first_byte(ctx.gpu)
+    ctx.flight.release(ctx.gpu)
     head = piece_of(data, chat)
     text = head.text
     generated = head.completion_tokens or len(text.split()) or 1
@@ -35,7 +36,7 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
                 completion_tokens=generated)
     if head.finish_reason != SCHEDULED:
         yield Piece(finish_reason=head.finish_reason or "stop")
-        ctx.release(ctx.cpu)
+        ctx.flight.release(ctx.cpu)
         return
 
     request_id = head.id or ""
@@ -55,9 +56,9 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
         finish: str | None = None
         try:
             if first_segment:
-                ctx.first_byte(ctx.cpu)
+                ctx.flight.first_byte(ctx.cpu)
                 first_segment = False
-            async for event in iter_events(response, ctx.cpu.name):
+            async for event in engine_events(response, ctx.cpu.name):
                 piece = piece_of(event, chat)
                 request_id = piece.id or request_id
                 piece.prompt_tokens = None
@@ -75,4 +76,4 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
         if finish != SCHEDULED:
             return
         ctx.notes.append(f"scheduled after {generated} tokens")
-        decision = ctx.reask(replace(ctx.features, generated_tokens=generated))
+        decision = ctx.flight.reask(replace(ctx.flight.features, generated_tokens=generated))

@@ -1,4 +1,4 @@
-"""``syshaxd``: the daemon's entry point. Builds the parts and hands them to each other."""
+"""``syshaxd``: the daemon's command line. Loads the config (exit 2 on a mistake) and runs the daemon."""
 
 from __future__ import annotations
 

@@ -1,0 +1,184 @@
+"""A prefill/decode split: the GPU prefills, the CPU decodes, the client sees one answer.
+
+Two shapes of handoff (:mod:`syshaxd.conductor.handoff`): *merging* protocols (``recompute``,
+``syshax``) yield the answer as pieces from both engines, written here as one response with
+one id; *prefill-first* protocols (``kv-transfer``, ``llamacpp-slots``) run the prefill and
+return a decode request, whose answer passes through the dispatcher's whole path untouched.
+A split that fails before the client saw anything becomes a whole request on one engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any
+
+from syshaxd.conductor.answer import Answer, rejected_answer
+from syshaxd.conductor.chunks import ChunkWriter, Piece
+from syshaxd.conductor.flight import Flight
+from syshaxd.conductor.handoff import (
+    DecodeRequest,
+    MergingHandoff,
+    SlotHandoff,
+    SplitContext,
+    kv_transfer,
+    recompute,
+    syshax,
+)
+from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
+from syshaxd.errors import ApiError, engine_error_message, sse_error
+from syshaxd.routing import Decision, Handoff
+
+#: The dispatcher's whole path: ``(flight, engine, body, headers, earlier failure) -> Answer``.
+Whole = Callable[[Flight, EngineClient, bytes, dict[str, str], EngineFailure | None], Awaitable[Answer]]
+CloseLater = Callable[[Any], None]
+
+MERGING: dict[str, MergingHandoff] = {"recompute": recompute.run, "syshax": syshax.run}
+
+
+class Split:
+    """Runs splits with one handoff protocol, falling back to the dispatcher's whole path."""
+
+    def __init__(self, handoff: Handoff, *, whole: Whole, timeout: Callable[[], ApiError],
+                 rejected: Callable[[EngineRejected], Answer] = rejected_answer) -> None:
+        self.handoff = handoff
+        self.slots = SlotHandoff() if handoff == "llamacpp-slots" else None
+        self._whole = whole
+        self._timeout = timeout
+        self._rejected = rejected
+
+    async def startup_checks(self, gpus: Sequence[EngineClient], cpus: Sequence[EngineClient]) -> None:
+        """The protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
+        if self.slots is not None:
+            await self.slots.check_pairs(gpus, cpus)
+
+    async def run(self, flight: Flight, gpu: EngineClient, cpu: EngineClient, decision: Decision,
+                  close_later: CloseLater) -> Answer:
+        """Answer ``flight`` split across ``gpu`` and ``cpu``."""
+        ctx = SplitContext(flight=flight, gpu=gpu, cpu=cpu, decision=decision)
+        merging = MERGING.get(self.handoff)
+        if merging is not None:
+            return await self._merged(ctx, merging(ctx), close_later)
+        prefill = self.slots.prefill if self.slots is not None else kv_transfer.prefill
+        try:
+            decode: DecodeRequest = await asyncio.wait_for(prefill(ctx), flight.remaining())
+        except EngineFailure as failure:
+            flight.release(gpu)
+            # The prefill side failed before the client saw anything: the CPU does it all.
+            flight.rerouted(cpu, f"split failed before decoding ({failure}), whole on {cpu.name}")
+            return await self._whole(flight, cpu, flight.parsed.raw, {}, failure)
+        except EngineRejected as rejected:
+            return self._rejected(rejected)
+        except asyncio.TimeoutError:
+            raise self._timeout() from None
+        try:
+            return await self._whole(flight, cpu, decode.body, decode.headers, None)
+        finally:
+            if decode.on_sent is not None:
+                decode.on_sent()
+
+    async def _merged(self, ctx: SplitContext, pieces: AsyncIterator[Piece], close_later: CloseLater) -> Answer:
+        flight, parsed = ctx.flight, ctx.parsed
+        try:
+            first = await asyncio.wait_for(pieces.__anext__(), flight.remaining())
+        except EngineFailure as failure:
+            close_later(_aclose(pieces))
+            flight.release(ctx.gpu)
+            if failure.engine == ctx.cpu.name:
+                flight.release(ctx.cpu)
+                return await self._whole(flight, ctx.gpu, parsed.raw, {}, failure)
+            return await self._whole(flight, ctx.cpu, parsed.raw, {}, failure)
+        except EngineRejected as rejected:
+            close_later(_aclose(pieces))
+            return self._rejected(rejected)
+        except asyncio.TimeoutError:
+            close_later(_aclose(pieces))
+            raise self._timeout() from None
+        writer = ChunkWriter(parsed.kind == "chat", flight.request_id, parsed.model)
+        if parsed.stream:
+            return Answer(stream=_merged_stream(flight, writer, first, pieces, close_later))
+        try:
+            text, reasoning, finish, prompt, completion = await asyncio.wait_for(
+                _collect(first, pieces), flight.remaining())
+        except EngineFailure as failure:
+            raise ApiError(502, f"split failed: {failure}", type="upstream_error") from None
+        except EngineRejected as rejected:
+            return self._rejected(rejected)
+        except asyncio.TimeoutError:
+            raise self._timeout() from None
+        finally:
+            close_later(_aclose(pieces))
+        body = writer.whole(text, reasoning, finish, prompt, completion)
+        return Answer(body=json.dumps(body, ensure_ascii=False).encode())
+
+
+async def _merged_stream(
+    flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece], close_later: CloseLater
+) -> AsyncIterator[bytes]:
+    outcome = "error"
+    prompt = first.prompt_tokens or flight.features.prompt_tokens
+    completion = first.completion_tokens or 0
+    finish = first.finish_reason
+    try:
+        yield writer.role() + (writer.delta(first.text, first.reasoning) if first.text or first.reasoning else b"")
+        async for piece in _bounded(pieces, flight):
+            if piece.text or piece.reasoning:
+                yield writer.delta(piece.text, piece.reasoning)
+            if piece.completion_tokens is not None:
+                completion += piece.completion_tokens
+            finish = piece.finish_reason or finish
+        yield writer.finish(finish or "stop")
+        if flight.parsed.include_usage:
+            yield writer.usage(prompt, completion)
+        yield writer.done()
+        outcome = "ok"
+    except EngineFailure as failure:
+        outcome = "engine_error"
+        yield sse_error(f"split failed after the answer started: {failure}")
+    except EngineRejected as rejected:
+        outcome = "rejected"
+        yield sse_error(f"engine {rejected.engine} refused the continuation: "
+                        f"{engine_error_message(rejected.status, rejected.body)}",
+                        type="invalid_request_error", code=str(rejected.status))
+    except asyncio.TimeoutError:
+        outcome = "timeout"
+        yield sse_error("request exceeded system.request_timeout", type="timeout", code="504")
+    except (asyncio.CancelledError, GeneratorExit):
+        outcome = "client_disconnect"
+        raise
+    finally:
+        close_later(_aclose(pieces))
+        flight.finish(outcome, tokens=completion)
+
+
+async def _bounded(pieces: AsyncIterator[Piece], flight: Flight) -> AsyncIterator[Piece]:
+    while True:
+        try:
+            piece = await asyncio.wait_for(pieces.__anext__(), flight.remaining())
+        except StopAsyncIteration:
+            return
+        yield piece
+
+
+async def _collect(first: Piece, pieces: AsyncIterator[Piece]) -> tuple[str, str, str, int, int]:
+    text, reasoning = [first.text], [first.reasoning]
+    prompt = first.prompt_tokens or 0
+    completion = first.completion_tokens or 0
+    finish = first.finish_reason
+    async for piece in pieces:
+        text.append(piece.text)
+        reasoning.append(piece.reasoning)
+        if piece.completion_tokens is not None:
+            completion += piece.completion_tokens
+        finish = piece.finish_reason or finish
+    return "".join(text), "".join(reasoning), finish or "stop", prompt, completion
+
+
+async def _aclose(pieces: AsyncIterator[Piece]) -> None:
+    close = getattr(pieces, "aclose", None)
+    if close is not None:
+        try:
+            await close()
+        except Exception:  # the generator's own cleanup failing must not escape a cleanup task
+            pass
