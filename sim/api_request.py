@@ -111,6 +111,13 @@ def _bool_field(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
+def _str_field(body: dict[str, Any], name: str) -> str | None:
+    value = body.get(name)
+    if value is not None and not isinstance(value, str):
+        raise ApiError(f"{name}: Input should be a valid string", param=name)
+    return value
+
+
 def _content_text(content: object, where: str) -> str:
     if content is None:
         return ""
@@ -206,6 +213,55 @@ def _vllm_limits(max_tokens: int | None, n_predict: int | None, context: int, ma
     return max_new
 
 
+def _model(body: dict[str, Any], served_model: str, check_model: bool) -> str:
+    """The model a request names (the served one when it names none)."""
+    model = _str_field(body, "model")
+    if model is None:
+        return served_model
+    if check_model and model != served_model:
+        raise ApiError(f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model")
+    return model
+
+
+def _stream_options(body: dict[str, Any], stream: bool, llama: bool) -> tuple[bool, bool]:
+    """``(include_usage, continuous_usage_stats)`` from ``stream_options``."""
+    options = body.get("stream_options")
+    if options is None or (llama and not stream):  # llama-server ignores them without a stream
+        return False, False
+    if not stream:
+        raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
+    if not isinstance(options, dict):
+        raise ApiError("stream_options: Input should be a valid dictionary", param="stream_options")
+    include_usage = bool(options.get("include_usage"))
+    return include_usage, include_usage and bool(options.get("continuous_usage_stats"))
+
+
+def _chat_prompt(body: dict[str, Any], llama: bool) -> tuple[int, str, str, int]:
+    """A chat's ``(prompt tokens, fingerprint, answer role, answer tokens already written)``.
+
+    With ``continue_final_message`` the final message is the answer so far: the text
+    continues from its end, in its role.
+    """
+    messages = _messages(body, llama)
+    add_gen = _bool_field(body, "add_generation_prompt", True)
+    cont = _bool_field(body, "continue_final_message", False)
+    if cont and add_gen:
+        raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+    role = messages[-1][0] if not add_gen and messages else "assistant"
+    prompt_tokens = textgen.chat_tokens([c for _, c in messages], add_generation_prompt=add_gen)
+    convo, written = messages, 0
+    if cont and messages:
+        convo, written = messages[:-1], textgen.count_tokens(messages[-1][1])
+    return prompt_tokens, json.dumps(convo, ensure_ascii=False), role, written
+
+
+def _kv_transfer_params(body: dict[str, Any]) -> dict[str, Any] | None:
+    ktp = body.get("kv_transfer_params")
+    if ktp is not None and not isinstance(ktp, dict):
+        raise ApiError("kv_transfer_params: Input should be a valid dictionary", param="kv_transfer_params")
+    return ktp
+
+
 def parse_request(
     kind: Kind, body: dict[str, Any], *, served_model: str, max_model_len: int, check_model: bool = True,
     llama: bool = False,
@@ -214,23 +270,9 @@ def parse_request(
 
     ``llama``: llama-server's rules (``max_model_len`` is then the slot's context).
     """
-    model = body.get("model")
-    if model is None:
-        model = served_model
-    if not isinstance(model, str):
-        raise ApiError("model: Input should be a valid string", param="model")
-    if check_model and model != served_model:
-        raise ApiError(f"The model `{model}` does not exist.", status=404, kind="NotFoundError", param="model")
+    model = _model(body, served_model, check_model)
     stream = _bool_field(body, "stream", False)
-    options = body.get("stream_options")
-    include_usage = continuous = False
-    if options is not None and not (llama and not stream):  # llama-server ignores them without a stream
-        if not stream:
-            raise ApiError("Stream options can only be defined when `stream=True`.", param="stream_options")
-        if not isinstance(options, dict):
-            raise ApiError("stream_options: Input should be a valid dictionary", param="stream_options")
-        include_usage = bool(options.get("include_usage"))
-        continuous = include_usage and bool(options.get("continuous_usage_stats"))
+    include_usage, continuous = _stream_options(body, stream, llama)
     n = _int_field(body, "n", 1)
     if n is not None and n != 1:
         raise ApiError("n: the simulator generates one choice per request (n=1)", param="n")
@@ -240,33 +282,17 @@ def parse_request(
         max_tokens = _int_field(body, "max_tokens", -1 if llama else 1)
     n_predict = _int_field(body, "n_predict", -1)
     ignore_eos = _bool_field(body, "ignore_eos", False)
-    generated_text = body.get("generated_text")
-    if generated_text is not None and not isinstance(generated_text, str):
-        raise ApiError("generated_text: Input should be a valid string", param="generated_text")
-    offset = textgen.count_tokens(generated_text) if generated_text else 0
+    generated_text = _str_field(body, "generated_text")
+    generated = textgen.count_tokens(generated_text) if generated_text else 0
 
-    role = "assistant"
     if kind == "chat":
-        messages = _messages(body, llama)
-        add_gen = _bool_field(body, "add_generation_prompt", True)
-        cont = _bool_field(body, "continue_final_message", False)
-        if cont and add_gen:
-            raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-        if not add_gen and messages:
-            role = messages[-1][0]
-        contents = [c for _, c in messages]
-        prompt_tokens = textgen.chat_tokens(contents, add_generation_prompt=add_gen)
-        convo = messages
-        if cont and messages:
-            # the answer so far is the final message: the text continues from its end
-            convo = messages[:-1]
-            offset += textgen.count_tokens(messages[-1][1])
-        fingerprint = json.dumps(convo, ensure_ascii=False)
+        prompt_tokens, fingerprint, role, written = _chat_prompt(body, llama)
     else:
-        prompt_text, prompt_tokens = _prompt(body)
-        fingerprint = prompt_text
+        fingerprint, prompt_tokens = _prompt(body)
+        role, written = "assistant", 0
+    offset = generated + written
 
-    context = prompt_tokens + (textgen.count_tokens(generated_text) if generated_text else 0)
+    context = prompt_tokens + generated
     predict_zero = False
     if llama:
         max_new, predict_zero = _llama_limits(max_tokens, n_predict, context, max_model_len)
@@ -275,12 +301,8 @@ def parse_request(
                                "messages" if kind == "chat" else "prompt")
 
     ndt = _int_field(body, "num_decode_tokens", 0)
-    rid_inf = body.get("request_id_inference")
-    if rid_inf is not None and not isinstance(rid_inf, str):
-        raise ApiError("request_id_inference: Input should be a valid string", param="request_id_inference")
-    ktp = body.get("kv_transfer_params")
-    if ktp is not None and not isinstance(ktp, dict):
-        raise ApiError("kv_transfer_params: Input should be a valid dictionary", param="kv_transfer_params")
+    rid_inf = _str_field(body, "request_id_inference")
+    ktp = _kv_transfer_params(body)
     id_slot = _int_field(body, "id_slot")
     return GenSpec(
         kind=kind,

@@ -11,7 +11,7 @@ import argparse
 import functools
 from collections.abc import Callable
 
-from sim import command
+from sim import command, errors
 from syshaxd.cli import CommandError, UsageError
 
 Command = Callable[[argparse.Namespace], int]
@@ -22,9 +22,9 @@ def _translate(func: Command) -> Command:
     def run(args: argparse.Namespace) -> int:
         try:
             return func(args)
-        except command.UsageError as exc:
+        except errors.UsageError as exc:
             raise UsageError(str(exc)) from None
-        except command.CommandError as exc:
+        except errors.CommandError as exc:
             raise CommandError(str(exc)) from None
 
     return run

@@ -1,7 +1,8 @@
 """The simulator's command line: ``syshax sim`` and ``python -m sim`` share it.
 
-``python -m sim`` (what the launch helpers start) imports only this module, not
-the ``syshax`` CLI package, whose config models take a third of a second to import.
+``python -m sim`` (what the launch helpers start) imports only this module and its
+errors, not the ``syshax`` CLI package, whose config models take a third of a second to
+import; each command imports what it runs (the server, the runner) when it runs.
 """
 
 from __future__ import annotations
@@ -13,16 +14,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-
-class UsageError(Exception):
-    """The command line is wrong (exit 2)."""
-
-
-class CommandError(Exception):
-    """The command could not do its job (exit 1)."""
+from sim.errors import CommandError, UsageError
 
 if TYPE_CHECKING:
-    from sim.server import EngineOptions
+    from sim.engine import EngineOptions
 
 DIALECTS = ("vllm-v1", "vllm-v0", "llamacpp", "sglang")
 
@@ -118,9 +113,9 @@ def add_arguments(p: argparse.ArgumentParser,
 
 def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, faults: list[str],
             parallel: int | None = None, ctx_size: int | None = None) -> EngineOptions:
+    from sim.engine import EngineOptions
     from sim.faults import FaultError, parse_assignments
     from sim.profile import ProfileError, load_profile
-    from sim.server import EngineOptions
 
     try:
         prof = load_profile(profile)
@@ -139,9 +134,9 @@ def _engine(args: argparse.Namespace, *, name: str, profile: str, dialect: str, 
 
 
 def _run(args: argparse.Namespace, specs: list[tuple[EngineOptions, int]]) -> int:
+    from sim.engine import SimEngine
     from sim.handoff import KvStore
     from sim.serve import bind, serve
-    from sim.server import SimEngine
 
     store = KvStore()
     sockets = []

@@ -7,15 +7,16 @@ prefilling), then waiting requests are admitted in arrival order while blocks an
 budget last. When a running request needs a block and none is free, the most recently
 admitted request is preempted (its blocks freed for recomputation, or moved to swap
 space in ``swap`` mode) and counted. Time is virtual: ``step()`` advances ``now`` by the
-roofline step time; the HTTP server paces steps against a wall clock, the virtual-time
-runner does not.
+roofline step time, and ``advance()`` runs a pure-decode batch up to its next event in one
+go (sized by :mod:`sim.decode_run`); the HTTP server paces steps against a wall clock,
+the virtual-time runner does not.
 """
 
 from __future__ import annotations
 
 from collections import deque
 
-from sim import timing
+from sim import decode_run, timing
 from sim.profile import Profile
 from sim.seq import Counters, Seq, SimRequest, State, StepResult
 
@@ -320,10 +321,6 @@ class EngineCore:
                 return False
         return True
 
-    def _extra_blocks(self, k: int) -> int:
-        bs = self.block_size
-        return sum(-(-(s.num_computed + k) // bs) - s.blocks for s in self.running)
-
     def advance(self, horizon: float) -> StepResult | None:
         """Run decode steps in one go up to the next finish, block shortage or ``horizon``.
 
@@ -332,31 +329,12 @@ class EngineCore:
         """
         if not self._pure_decode():
             return self.step()
-        batch = len(self.running)
-        k_max = min(s.req.max_new_tokens - s.generated for s in self.running)
-        # every sequence needs at most one new block per block_size steps: this many always fit
-        k_safe = (self.free_blocks // batch) * self.block_size
-        if k_safe < k_max:
-            lo, hi = k_safe, k_max  # largest k whose new blocks fit
-            while lo < hi:
-                mid = (lo + hi + 1) // 2
-                if self._extra_blocks(mid) <= self.free_blocks:
-                    lo = mid
-                else:
-                    hi = mid - 1
-            k_max = lo
+        k_max = decode_run.steps_until_event(self.running, self.free_blocks, self.block_size)
         if k_max <= 1:
             return self.step()
+        batch = len(self.running)
         ctx = sum(s.num_computed for s in self.running)
-        budget = horizon - self.now
-        lo, hi = 1, k_max
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if timing.decode_run_time(self.profile, batch, ctx, mid) <= budget:
-                lo = mid
-            else:
-                hi = mid - 1
-        k = lo
+        k = decode_run.steps_within(self.profile, batch, ctx, k_max, horizon - self.now)
         duration = timing.decode_run_time(self.profile, batch, ctx, k)
         start = self.now
         end = start + duration

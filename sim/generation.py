@@ -22,20 +22,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from sim import textgen, timing
 from sim.api_format import SSE_DONE, ChunkWriter, full_response
 from sim.api_request import GenSpec
 from sim.core import SimRequest
+from sim.engine import SimEngine
 from sim.faults import DIE_AFTER_CHUNKS
 from sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
 from sim.llama_format import LlamaChunkWriter, llama_response
 from sim.llama_server import native_completion, timings
 from sim.realtime import Handle, TokenEvent
-
-if TYPE_CHECKING:
-    from sim.server import SimEngine
 
 
 @dataclass

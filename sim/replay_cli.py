@@ -9,7 +9,7 @@ from dataclasses import fields, replace
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.command import UsageError
+from sim.errors import UsageError
 from syshaxd.routing import Limits
 
 

@@ -10,7 +10,7 @@ wherever it is. ``pd_split`` prefills on a GPU engine and decodes on a CPU engin
 handoff protocol; a CPU ``token_limit`` stops the CPU after that many tokens and asks the
 policy again for the next limit (sysHAX's ``"scheduled"`` loop). Engine steps between
 events are fast-forwarded, so 10,000 requests take seconds; the same inputs always give
-the same result.
+the same result. What the conductor knows of each engine is :mod:`sim.virtual_engine`.
 """
 
 from __future__ import annotations
@@ -22,27 +22,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 
 from sim import timing
-from sim.core import EngineCore, SimRequest, StepResult
-from sim.profile import Profile
+from sim.core import SimRequest, StepResult
 from sim.report import RequestResult, RunResult, summarise
 from sim.traces import TraceRequest
+from sim.virtual_engine import EngineSpec, VirtualEngine
 from syshaxd.config import Handoff
-from syshaxd.engines.rates import RateTracker
 from syshaxd.policy.common import pick_engine
 from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
-from syshaxd.snapshot import Device, EngineMetrics, EngineState, EngineView, HistogramData, Snapshot
+from syshaxd.snapshot import Device, Snapshot
+
+__all__ = ["EngineSpec", "RunOptions", "VirtualConductor", "run"]
 
 INF = math.inf
-
-
-@dataclass(frozen=True)
-class EngineSpec:
-    """One simulated engine of a run."""
-
-    name: str
-    device: Device
-    profile: Profile
-    max_num_seqs: int | None = None
 
 
 @dataclass(frozen=True)
@@ -55,45 +46,6 @@ class RunOptions:
     timeout: float = 600.0  # system.request_timeout
     handoff: Handoff | None = None  # None: limits.handoff
     cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
-
-
-@dataclass
-class _Engine:
-    spec: EngineSpec
-    core: EngineCore
-    rates: RateTracker
-    metrics: EngineMetrics = field(default_factory=EngineMetrics)
-    inflight: int = 0
-    scheduled: int = 0
-    pending: StepResult | None = None
-    stalled: bool = False  # queued work that cannot start until something changes
-    ttft: list[float] = field(default_factory=lambda: [0.0, 0.0])  # count, sum
-    tpot: list[float] = field(default_factory=lambda: [0.0, 0.0])
-    last_token: dict[str, float] = field(default_factory=dict)
-
-    def next_time(self) -> float:
-        if self.pending is not None:
-            return self.pending.end
-        if self.stalled:
-            return INF
-        t = self.core.next_event_time()
-        return INF if t is None else t
-
-    def scrape(self, now: float) -> None:
-        c = self.core.counters
-        raw = EngineMetrics(
-            kv_cache_usage=self.core.kv_usage, running=self.core.num_running, waiting=self.core.num_waiting,
-            swapped=self.core.num_swapped, preemptions_total=float(c.preemptions),
-            prompt_tokens_total=float(c.prompt_tokens), generation_tokens_total=float(c.generation_tokens),
-            requests_finished_total=float(sum(c.finished.values())),
-            histograms=(("ttft", HistogramData((), self.ttft[0], self.ttft[1])),
-                        ("tpot", HistogramData((), self.tpot[0], self.tpot[1]))),
-        )
-        self.metrics = self.rates.update(raw, now)
-
-    def view(self) -> EngineView:
-        return EngineView(self.spec.name, self.spec.device, f"sim://{self.spec.name}", "vllm-v1",
-                          state=EngineState.UP, metrics=self.metrics, inflight=self.inflight, scheduled=self.scheduled)
 
 
 @dataclass(eq=False)
@@ -134,8 +86,7 @@ class VirtualConductor:
         if len(set(names)) != len(names):
             raise ValueError(f"engine names must be unique: {names}")
         self.options = options or RunOptions()
-        self.engines = {e.name: _Engine(e, EngineCore(e.profile, max_num_seqs=e.max_num_seqs),
-                                        RateTracker(self.options.rate_window)) for e in engines}
+        self.engines = {e.name: VirtualEngine.new(e, self.options.rate_window) for e in engines}
         self.policy, self.limits = policy, limits
         self.handoff: Handoff = self.options.handoff or limits.handoff
         self.now = 0.0
@@ -153,7 +104,7 @@ class VirtualConductor:
         """The engines as the live conductor would show them to its policy now."""
         return Snapshot(taken_at=self.now, engines=tuple(e.view() for e in self.engines.values()))
 
-    def _pick(self, snap: Snapshot, device: Device | None, preferred: str | None) -> _Engine | None:
+    def _pick(self, snap: Snapshot, device: Device | None, preferred: str | None) -> VirtualEngine | None:
         if device is None:
             return None
         if preferred in self.engines and self.engines[preferred].spec.device == device:
@@ -162,7 +113,7 @@ class VirtualConductor:
         return self.engines[view.name] if view is not None else None
 
     # -- routing -----------------------------------------------------------------------
-    def _fits(self, f: _Flight, e: _Engine) -> bool:
+    def _fits(self, f: _Flight, e: VirtualEngine) -> bool:
         p = e.core.profile
         return f.req.prompt_tokens + f.req.output_tokens <= p.max_model_len and f.req.prompt_tokens < p.kv_capacity_tokens
 
@@ -210,24 +161,24 @@ class VirtualConductor:
         limit = f.decision.token_limit if f.decision is not None else None
         return remaining if limit is None else max(1, min(limit, remaining))
 
-    def _reserve(self, f: _Flight, e: _Engine) -> None:
+    def _reserve(self, f: _Flight, e: VirtualEngine) -> None:
         f.holds.add(e.spec.name)
         f.unstarted.add(e.spec.name)
         e.inflight += 1
         e.scheduled += 1
 
-    def _started(self, f: _Flight, e: _Engine) -> None:
+    def _started(self, f: _Flight, e: VirtualEngine) -> None:
         if e.spec.name in f.unstarted:
             f.unstarted.discard(e.spec.name)
             e.scheduled -= 1
 
-    def _release(self, f: _Flight, e: _Engine) -> None:
+    def _release(self, f: _Flight, e: VirtualEngine) -> None:
         self._started(f, e)
         if e.spec.name in f.holds:
             f.holds.discard(e.spec.name)
             e.inflight -= 1
 
-    def _submit(self, f: _Flight, e: _Engine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
+    def _submit(self, f: _Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
         f.segment += 1
         rid = f"{f.index}.{f.segment}"
         e.core.submit(SimRequest(rid, context, new, kv_ready_tokens=kv_ready, kv_delay=kv_delay), at=self.now)
@@ -236,7 +187,7 @@ class VirtualConductor:
         f.devices.add(e.spec.device)
         self.by_rid[rid] = f
 
-    def _to_cpu(self, f: _Flight, gpu: _Engine) -> None:
+    def _to_cpu(self, f: _Flight, gpu: VirtualEngine) -> None:
         """The GPU's part of a split ended: continue on the CPU engine reserved for it."""
         cpu = self.engines[f.split_cpu or ""]
         if self.handoff == "recompute":
@@ -254,7 +205,7 @@ class VirtualConductor:
             self._submit(f, cpu, f.req.prompt_tokens, f.req.output_tokens, f.req.prompt_tokens - 1, delay)
 
     # -- engine results ------------------------------------------------------------------
-    def _deliver(self, e: _Engine, result: StepResult) -> None:
+    def _deliver(self, e: VirtualEngine, result: StepResult) -> None:
         per_step = (result.end - result.start) / max(1, result.steps)
         end, device, last, by_rid = result.end, e.spec.device, e.last_token, self.by_rid
         decoded = 0
@@ -283,7 +234,7 @@ class VirtualConductor:
             if f is not None and not f.done:
                 self._segment_done(f, e)
 
-    def _segment_done(self, f: _Flight, e: _Engine) -> None:
+    def _segment_done(self, f: _Flight, e: VirtualEngine) -> None:
         if f.visible >= f.req.output_tokens:
             self._finish(f, "ok")
         elif e.spec.device == "gpu" and f.split_cpu is not None and len(f.devices) == 1:

@@ -22,7 +22,8 @@ import uvicorn
 from rich.console import Console
 from rich.table import Table
 
-from sim.server import SimEngine
+from sim.engine import SimEngine
+from sim.server import http_app
 
 
 class _Server(uvicorn.Server):
@@ -94,7 +95,7 @@ async def serve(engines: list[SimEngine], sockets: list[socket.socket], ready_fi
     servers: list[_Server] = []
     for engine, sock in zip(engines, sockets, strict=True):
         engine.port = sock.getsockname()[1]
-        config = uvicorn.Config(engine.app, log_level=log_level, access_log=False, lifespan="off",
+        config = uvicorn.Config(http_app(engine), log_level=log_level, access_log=False, lifespan="off",
                                 timeout_graceful_shutdown=1, timeout_keep_alive=30)
         servers.append(_Server(config))
         engine.live.start()

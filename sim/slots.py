@@ -12,16 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sim.core import State
+from sim.engine import SimEngine
 from sim.handoff import SlotCache, SlotFileError, restore_slot, save_slot, slot_file
-
-if TYPE_CHECKING:
-    from sim.server import SimEngine
 
 SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]
 
