@@ -9,7 +9,6 @@ and nothing here is fatal: the daemon starts anyway and the monitor keeps watchi
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Sequence
@@ -20,6 +19,7 @@ import httpx
 
 from syshaxd.config import EngineSpec, ModelParams
 from syshaxd.engines import MetricsParseError, get_dialect
+from syshaxd.sse import aiter_events
 
 log = logging.getLogger("syshaxd.startup")
 
@@ -99,6 +99,8 @@ async def _generate(
         "max_tokens": params.test_tokens,
         "temperature": params.temperature,
         "stream": True,
+        # Token counts from usage: an engine may put several tokens in one chunk.
+        "stream_options": {"include_usage": True},
     }
     if spec.dialect in _IGNORE_EOS:
         body["ignore_eos"] = True
@@ -111,13 +113,10 @@ async def _generate(
             if response.status_code >= 400:
                 text = (await response.aread()).decode(errors="replace")[:200]
                 return replace(probe, generation_error=f"/v1/completions: HTTP {response.status_code}: {text}")
-            async for line in response.aiter_lines():
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
+            async for event in aiter_events(response.aiter_bytes()):
+                if event.done:
                     break
-                payload = json.loads(data)
+                payload = event.json()
                 if not isinstance(payload, dict):
                     continue
                 if "error" in payload:
