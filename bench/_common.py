@@ -7,7 +7,7 @@ from pathlib import Path
 
 import httpx
 
-from demo.stack import free_port
+from demo.ports import free_port
 
 __all__ = ["free_port", "results_dir", "wait_http"]
 

@@ -73,7 +73,7 @@ class TerminalConsole:
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, cols, 0, 0))
         env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": str(cols), "LINES": str(rows)}
         env.pop("NO_COLOR", None)
-        code = "import sys; from console.app import main; sys.exit(main())"
+        code = "import sys; from console.cli import main; sys.exit(main())"
         self.proc = subprocess.Popen(
             [sys.executable, "-c", code, "--socket", str(socket), "--refresh", str(refresh)],
             stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env, start_new_session=True,

@@ -275,9 +275,3 @@ class ConsoleApp(ConsoleKeys):
             readonly_reason=self.readonly_reason,
             view=VIEWS[self._view],
         )
-
-def main(argv: list[str] | None = None) -> int:
-    """The ``syshax-console`` command."""
-    from console.cli import run
-
-    return run(argv)

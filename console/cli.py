@@ -1,4 +1,7 @@
-"""The ``syshax-console`` command line: options, errors as messages, then the app or ``--once``."""
+"""The ``syshax-console`` command line: options, errors as messages, then the app or ``--once``.
+
+:func:`main` is the entry point; the Textual app is imported only when the live console starts.
+"""
 
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ from console.client import ControlClient, ControlError
 from console.keymap import KeymapError, default_keymap_path, load_keymap
 from console.locate import SocketChoice, choose_socket
 from console.once import print_snapshot
-from syshaxd.config import ConfigError
+from syshaxd.locate import LocateError
 from syshaxd.schema import StateModel
 
 
@@ -25,7 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
         "decision, and change runtime limits while traffic flows.",
     )
     parser.add_argument("--socket", metavar="PATH", help="control socket (default: the config's control.socket, "
-                        "else /run/syshax/control.sock or $XDG_RUNTIME_DIR/syshax/control.sock)")
+                        "else the first that exists of $RUNTIME_DIRECTORY/control.sock, /run/syshax/control.sock, "
+                        "$XDG_RUNTIME_DIR/syshax/control.sock or /tmp/syshax-UID/control.sock)")
     parser.add_argument("--config", metavar="PATH", help="syshaxd config file to read control.socket from")
     parser.add_argument("--readonly", action="store_true", help="only watch; never change the daemon")
     parser.add_argument("--refresh", type=float, default=4.0, metavar="HZ",
@@ -44,8 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Parse ``argv`` and run the console; returns the exit status."""
+def main(argv: list[str] | None = None) -> int:
+    """The ``syshax-console`` command: parse ``argv`` and run the console; returns the exit status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if not 0.5 <= args.refresh <= 30:
@@ -54,7 +58,7 @@ def run(argv: list[str] | None = None) -> int:
         parser.error(f"--max-log must be between 10 and 100000, not {args.max_log}")
     try:
         choice = choose_socket(args.socket, args.config)
-    except ConfigError as exc:
+    except LocateError as exc:
         parser.exit(2, f"syshax-console: error: {exc}\n")
     if args.once:
         return _once(choice)

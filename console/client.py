@@ -22,6 +22,7 @@ from syshaxd.schema import (
     PatchBody,
     StateModel,
 )
+from syshaxd.sse import aiter_events
 
 #: What ``events()`` yields: one parsed event of the ``/v1/events`` stream.
 Event = StateModel | DecisionModel | ConfigChangeModel
@@ -122,10 +123,10 @@ class ControlClient:
                 if response.status_code != 200:
                     await response.aread()
                     raise _error_for(response)
-                async for name, data in _sse_events(response.aiter_bytes()):
-                    model = _EVENT_MODELS.get(name)
+                async for sse in aiter_events(response.aiter_bytes()):
+                    model = _EVENT_MODELS.get(sse.event)
                     if model is not None:
-                        yield cast(Event, _parse(model, data, f"{name} event"))
+                        yield cast(Event, _parse(model, sse.data, f"{sse.event} event"))
         except httpx.HTTPError as exc:
             raise self._unreachable(exc) from None
 
@@ -140,35 +141,6 @@ class ControlClient:
 
     def _unreachable(self, exc: httpx.HTTPError) -> Unreachable:
         return Unreachable(f"no daemon on {self.socket_path}: {_why(exc)}")
-
-
-async def _sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str, bytes]]:
-    """(event name, data) pairs of a Server-Sent Events byte stream.
-
-    Works on bytes rather than httpx's text lines: the state event is tens of kilobytes
-    several times a second, and decoding and re-splitting it as text costs the console
-    more CPU than anything but drawing.
-    """
-    buffer = b""
-    name, data = b"message", list[bytes]()
-    async for chunk in chunks:
-        buffer += chunk
-        *lines, buffer = buffer.split(b"\n")
-        for raw in lines:
-            line = raw[:-1] if raw.endswith(b"\r") else raw
-            if not line:
-                if data:
-                    yield name.decode("utf-8", "replace"), b"\n".join(data)
-                name, data = b"message", []
-            elif line.startswith(b":"):
-                continue  # a keep-alive comment
-            else:
-                field, _, value = line.partition(b":")
-                value = value[1:] if value.startswith(b" ") else value
-                if field == b"event":
-                    name = value
-                elif field == b"data":
-                    data.append(value)
 
 
 def _why(exc: httpx.HTTPError) -> str:

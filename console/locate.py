@@ -1,4 +1,8 @@
-"""Where the console finds the daemon: ``--socket``, else the config's, else the defaults."""
+"""Where the console finds the daemon: ``--socket``, else the config's, else the defaults.
+
+The places are ``syshax status``'s (:mod:`syshaxd.locate`), read without the daemon's
+config models: the console needs one key of the config file, not its whole stack.
+"""
 
 from __future__ import annotations
 
@@ -7,45 +11,24 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from syshaxd.config import ConfigError, load_config
-
-SYSTEM_SOCKET = Path("/run/syshax/control.sock")
-
-
-def default_sockets(env: Mapping[str, str] | None = None) -> tuple[Path, ...]:
-    """The default socket locations, system daemon first, then the user's own daemon."""
-    env = os.environ if env is None else env
-    paths = [SYSTEM_SOCKET]
-    if env.get("XDG_RUNTIME_DIR"):
-        paths.append(Path(env["XDG_RUNTIME_DIR"]) / "syshax" / "control.sock")
-    return tuple(paths)
+from syshaxd.locate import client_socket_candidates, configured_socket, default_socket_path
 
 
 @dataclass(frozen=True)
 class SocketChoice:
     """How the console picks its socket; ``resolve()`` is asked again on every reconnect."""
 
-    explicit: Path | None
     candidates: tuple[Path, ...]
+    """Where to look, in order (one path when ``--socket`` or the config names it)."""
+    fallback: Path
+    """The socket tried while none of them exists yet."""
 
     def resolve(self, exists: Callable[[Path], bool] = Path.exists) -> Path:
-        """The socket to try now: the fixed one, else the first default that exists.
-
-        When none exists yet, root's daemon is assumed for root and the user's for others.
-        """
-        if self.explicit is not None:
-            return self.explicit
-        for path in self.candidates:
-            if exists(path):
-                return path
-        if os.geteuid() != 0 and len(self.candidates) > 1:
-            return self.candidates[1]
-        return self.candidates[0]
+        """The socket to try now: the first candidate that exists, else the fallback."""
+        return next((path for path in self.candidates if exists(path)), self.fallback)
 
     def describe(self) -> str:
         """Where the console looks, for messages."""
-        if self.explicit is not None:
-            return str(self.explicit)
         return " or ".join(str(p) for p in self.candidates)
 
 
@@ -54,18 +37,15 @@ def choose_socket(
 ) -> SocketChoice:
     """The socket choice from the command line, the config, and the environment.
 
-    Raises ConfigError when an explicitly given config file is broken; a broken default
-    config file is not the console's business, so the defaults are used then.
+    While no daemon is up, the console waits where a daemon this user starts would
+    listen (root's for root, the user's own for anyone else).
+
+    Raises:
+        LocateError: an explicitly given config file (``config_path``, ``$SYSHAX_CONFIG``)
+            is missing or not YAML; a broken default file is not the console's business.
     """
     env = os.environ if env is None else env
     if socket:
-        return SocketChoice(Path(socket), ())
-    try:
-        loaded = load_config(config_path, env=env, use_overrides=False)
-    except ConfigError:
-        if config_path or env.get("SYSHAX_CONFIG"):
-            raise
-        return SocketChoice(None, default_sockets(env))
-    if loaded.config.control.socket is not None:
-        return SocketChoice(Path(loaded.config.control.socket), ())
-    return SocketChoice(None, default_sockets(env))
+        return SocketChoice((Path(socket),), Path(socket))
+    configured = configured_socket(config_path, env)
+    return SocketChoice(tuple(client_socket_candidates(configured, env)), default_socket_path(configured, env))

@@ -17,6 +17,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from demo.ports import free_port
 from demo.procs import Child, StartError, StopFlag, Supervisor, wait_until
 
 #: Slots per server and total context: 2048 tokens per slot.
@@ -27,7 +28,7 @@ N_CTX = 8192
 #: chat template, and a slot holds 2048.
 CONTEXT_LIMIT = 1150
 BIND_ATTEMPTS = 3
-BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "tools" / "build_engines.py"
+BUILD_SCRIPT = Path(__file__).resolve().parents[1] / "tools" / "build_engines.py"  # demo/llama.py
 
 
 @dataclass(frozen=True)
@@ -63,12 +64,6 @@ def find_build(binary: str | None = None, model: str | None = None) -> LlamaBuil
     return LlamaBuild(Path(binary), Path(model))
 
 
-def _free_port() -> int:
-    from demo.stack import free_port
-
-    return free_port()
-
-
 def start_server(
     sup: Supervisor, build: LlamaBuild, role: str, root: Path, model_name: str, stop: StopFlag | None = None
 ) -> tuple[Child, str]:
@@ -76,7 +71,7 @@ def start_server(
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     last: StartError | None = None
     for _ in range(BIND_ATTEMPTS):
-        port = _free_port()
+        port = free_port()
         argv = [
             str(build.binary), "-m", str(build.model), "--alias", model_name,
             "--host", "127.0.0.1", "--port", str(port), "--metrics", "--slots",

@@ -1,7 +1,7 @@
 """A small load generator for OpenAI endpoints: streamed requests with TTFT and inter-token times.
 
-Used by the benchmarks and the demo. Closed loop (N clients, each sends its next request
-when the last one ends) or open loop (requests at given arrival times).
+Used by the benchmarks and the demo: :func:`stream_chat` sends and times one request;
+:func:`closed_loop` runs N clients, each sending its next request when the last one ends.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from syshaxd.sse import DONE, Decoder, Event
 
 
 @dataclass
@@ -68,6 +70,24 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any],
     result = Result(ok=False)
     last: float | None = None
     saw_done = False
+
+    def take(event: Event) -> None:
+        nonlocal last, saw_done
+        payload = event.data.strip()
+        if payload == DONE:
+            saw_done = True
+            return
+        now = time.perf_counter()
+        if b'"error"' in payload[:20]:
+            result.error = _error_text(payload) or "error event"
+            return
+        result.chunks += 1
+        if result.ttft is None:
+            result.ttft = now - t0
+        elif last is not None:
+            result.itls.append(now - last)
+        last = now
+
     try:
         async with asyncio.timeout(timeout) if hasattr(asyncio, "timeout") else _null():
             async with client.stream("POST", url, json={**body, "stream": True}) as response:
@@ -76,23 +96,14 @@ async def stream_chat(client: httpx.AsyncClient, url: str, body: dict[str, Any],
                     data = await response.aread()
                     result.error = _error_text(data) or f"HTTP {response.status_code}"
                     return _done(result, t0)
-                async for line in response.aiter_lines():
-                    if not line.startswith("data:"):
-                        continue
-                    payload = line[5:].strip()
-                    if payload == "[DONE]":
-                        saw_done = True
-                        continue
-                    now = time.perf_counter()
-                    if '"error"' in payload[:20]:
-                        result.error = _error_text(payload.encode()) or "error event"
-                        continue
-                    result.chunks += 1
-                    if result.ttft is None:
-                        result.ttft = now - t0
-                    elif last is not None:
-                        result.itls.append(now - last)
-                    last = now
+                decoder = Decoder()
+                async for chunk in response.aiter_bytes():
+                    for event in decoder.feed(chunk):
+                        take(event)
+                # A last event cut off before its blank line counts too: an answer that
+                # ends in "data: [DONE]" without one is complete.
+                for event in decoder.feed(b"\n\n"):
+                    take(event)
     except TimeoutError:
         result.lost = True
         result.error = "client timeout (hung)"
@@ -161,33 +172,4 @@ async def closed_loop(
     finally:
         if own:
             await client.aclose()
-    return results
-
-
-async def open_loop(
-    url: str,
-    arrivals: Sequence[float],
-    body: Callable[[int], dict[str, Any]],
-    *,
-    on_result: Callable[[Result], None] | None = None,
-) -> list[Result]:
-    """Send request i at ``arrivals[i]`` seconds after the start, whatever is in flight."""
-    client = httpx.AsyncClient(timeout=httpx.Timeout(600.0),
-                               limits=httpx.Limits(max_connections=None, max_keepalive_connections=256))
-    results: list[Result] = []
-    start = time.perf_counter()
-
-    async def one(index: int, at: float) -> None:
-        delay = start + at - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        result = await stream_chat(client, url, body(index))
-        results.append(result)
-        if on_result:
-            on_result(result)
-
-    try:
-        await asyncio.gather(*(one(i, at) for i, at in enumerate(arrivals)))
-    finally:
-        await client.aclose()
     return results

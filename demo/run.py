@@ -207,7 +207,7 @@ def _start_console(stack: Stack, sup: Supervisor) -> Child:
     keymap = stack.root / "console-keys.yaml"
     keymap.write_text(CONSOLE_KEYMAP, encoding="utf-8")
     argv = [
-        sys.executable, "-c", "import sys; from console.app import main; sys.exit(main())",
+        sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())",
         "--socket", str(stack.socket_path), "--keymap", str(keymap),
     ]
     # Same process group as the demo: the console needs the terminal's foreground group.

@@ -10,10 +10,8 @@ from __future__ import annotations
 import grp
 import json
 import os
-import socket
 import sys
 import tempfile
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,6 +19,8 @@ from typing import Any
 import httpx
 import yaml
 
+from demo.llama import find_build, start_server
+from demo.ports import free_port
 from demo.procs import Child, StartError, StopFlag, Supervisor, wait_until
 from syshaxd.config.model import SUN_PATH_MAX
 
@@ -67,32 +67,6 @@ class Stack:
     def processes(self) -> tuple[Child, ...]:
         """Every server process of the demo, daemon first."""
         return (self.daemon, *self.engines)
-
-
-#: Ports this process handed out, and when: callers pick several ports before starting anything on them.
-_HANDED_OUT: dict[int, float] = {}
-_HOLD_S = 120.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now and not one this process handed out lately.
-
-    Binding port 0 twice in a row may give the same port twice (the kernel only promises it is free
-    *now*); a caller that picks an engine's port and the daemon's port before starting either would
-    then start both on one port. Ports handed out in the last two minutes are skipped.
-    """
-    now = time.monotonic()
-    for port, at in list(_HANDED_OUT.items()):
-        if now - at > _HOLD_S:
-            del _HANDED_OUT[port]
-    for _ in range(64):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT[port] = now
-            return port
-    raise OSError("no free loopback port that was not handed out already")
 
 
 def _answers(url: str) -> bool:
@@ -266,10 +240,8 @@ def _start_sim(
 def _start_llama(
     sup: Supervisor, root: Path, opts: StackOptions, stop: StopFlag | None
 ) -> tuple[tuple[Child, ...], str, str, str | None]:
-    from demo import llama
-
-    build = llama.find_build(opts.llama_server, opts.llama_model)
+    build = find_build(opts.llama_server, opts.llama_model)
     (root / "slots").mkdir(exist_ok=True)
-    gpu, gpu_url = llama.start_server(sup, build, "gpu", root, LLAMA_MODEL_NAME, stop)
-    cpu, cpu_url = llama.start_server(sup, build, "cpu", root, LLAMA_MODEL_NAME, stop)
+    gpu, gpu_url = start_server(sup, build, "gpu", root, LLAMA_MODEL_NAME, stop)
+    cpu, cpu_url = start_server(sup, build, "cpu", root, LLAMA_MODEL_NAME, stop)
     return (gpu, cpu), gpu_url, cpu_url, served_model(gpu_url) or LLAMA_MODEL_NAME

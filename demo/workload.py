@@ -133,7 +133,7 @@ def load_sample() -> Trace:
 
 def find_real_trace(checkout: Path | None = None) -> Path | None:
     """The full Azure trace beside the checkout this package runs from, if present."""
-    root = checkout or Path(__file__).resolve().parents[2]  # demo/workload.py
+    root = checkout or Path(__file__).resolve().parents[1]  # demo/workload.py
     candidate = root / REAL_TRACE
     return candidate.resolve() if candidate.is_file() else None
 

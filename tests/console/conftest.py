@@ -86,3 +86,16 @@ async def wait_for(pilot: Pilot[Any], check: Callable[[], object], what: str, ti
         if loop.time() > deadline:
             raise AssertionError(f"timed out waiting until {what}")
         await pilot.pause(0.05)
+
+
+async def writes_answered(app: ConsoleApp) -> None:
+    """Wait until every write the console has started so far has its answer.
+
+    A write is a worker of the "writes" group that ends once the daemon answered, and the
+    daemon records a request before answering it: after this, the daemon's record holds every
+    write started by a key handled so far. Tests make sure their keys were handled by waiting
+    for the effect of a later key (keys are handled in order), never by a fixed pause.
+    """
+    writes = [worker for worker in app.workers if worker.group == "writes"]
+    if writes:  # an empty list would mean every worker, the event stream's too
+        await app.workers.wait_for_complete(writes)

@@ -124,8 +124,11 @@ class FakeDaemon:
         self.generate = generate
         self.forbidden: str | None = None  # set: every write answers 403 with this reason
         self.refuse: str | None = None  # set: every PATCH answers 422 with this reason
-        self.patches: list[dict[str, Any]] = []
+        self.patches: list[dict[str, Any]] = []  # the PATCH bodies applied
         self.saved = 0
+        #: Every write request received, in order, applied or refused: (route, body). A
+        #: request is recorded before it is answered, so a client that has its answer is in it.
+        self.writes: list[tuple[str, Any]] = []
         self._queues: set[asyncio.Queue[tuple[str, str] | None]] = set()
         self._t = 0.0
 
@@ -161,6 +164,7 @@ class FakeDaemon:
 
     def patch(self, body: Any) -> tuple[int, dict[str, Any]]:
         """Validate and apply a PATCH body; (status, JSON answer)."""
+        self.writes.append(("PATCH /v1/config", body))
         if self.forbidden:
             return 403, {"error": self.forbidden}
         if self.refuse:
@@ -234,6 +238,7 @@ class FakeDaemon:
 
         @api.post("/v1/config/save")
         async def save() -> JSONResponse:
+            self.writes.append(("POST /v1/config/save", None))
             if self.forbidden:
                 return JSONResponse({"error": self.forbidden}, status_code=403)
             self.saved += 1
@@ -241,6 +246,7 @@ class FakeDaemon:
 
         @api.post("/v1/reload")
         async def reload() -> JSONResponse:
+            self.writes.append(("POST /v1/reload", None))
             if self.forbidden:
                 return JSONResponse({"error": self.forbidden}, status_code=403)
             return JSONResponse(ConfigChangeModel(source="reload").model_dump(mode="json"))

@@ -13,7 +13,7 @@ from console.widgets.device import DevicePanel
 from console.widgets.help import HelpScreen
 from console.widgets.numa import NumaPanel
 from console.widgets.status import StatusBar
-from tests.console.conftest import Control, console_for, text_of, wait_for
+from tests.console.conftest import Control, console_for, text_of, wait_for, writes_answered
 from tests.console.fakedaemon import sample_decision
 
 
@@ -108,8 +108,11 @@ async def test_the_drain_question_defaults_to_no_and_escape_cancels(control: Con
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), "asked again")
         await pilot.press("enter")  # on the focused "No"
         await wait_for(pilot, lambda: not isinstance(app.screen, ConfirmModal), "closed")
-        await pilot.pause(0.2)
-        assert control.daemon.patches == []
+        # A write after the questions: it is the only one the daemon gets.
+        await pilot.press("p")
+        await wait_for(pilot, lambda: control.daemon.writes, "the auto-PD write received")
+        await writes_answered(app)
+        assert control.daemon.writes == [("PATCH /v1/config", {AUTO_PD: True})]
 
 
 async def test_a_422_is_shown_with_its_reason(control: Control) -> None:
@@ -138,9 +141,10 @@ async def test_a_403_turns_the_console_read_only(control: Control) -> None:
         assert any(reason in message for _, _, message in app.notices)
         assert app.check_action("toggle_pd", ()) is None  # greyed out in the footer
         assert app.check_action("pause", ()) is True  # watching still works
-        await pilot.press("plus", "P", "s")
-        await pilot.pause(0.2)
-        assert control.daemon.patches == [] and control.daemon.saved == 0
+        await pilot.press("plus", "P", "s", "4")
+        await wait_for(pilot, lambda: app.main_screen.has_class("-view-decisions"), "the view key after them handled")
+        await writes_answered(app)
+        assert control.daemon.writes == [("PATCH /v1/config", {AUTO_PD: True})]  # the refused one alone
         assert "READ-ONLY" in text_of(app.query_one(StatusBar))
 
 
@@ -148,9 +152,10 @@ async def test_readonly_flag_never_writes(control: Control) -> None:
     app = console_for(control.path, readonly=True)
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.connected, "connected")
-        await pilot.press("plus", "p", "P", "D", "s", "r")
-        await pilot.pause(0.2)
-        assert control.daemon.patches == [] and not isinstance(app.screen, ConfirmModal)
+        await pilot.press("plus", "p", "P", "D", "s", "r", "4")
+        await wait_for(pilot, lambda: app.main_screen.has_class("-view-decisions"), "the view key after them handled")
+        await writes_answered(app)
+        assert control.daemon.writes == [] and not isinstance(app.screen, ConfirmModal)
         titles = [c.title for c in app.get_system_commands(app.screen)]
         assert "Pause or resume the decision log" in titles
         assert not any("batch limit" in t for t in titles)
@@ -223,7 +228,8 @@ async def test_the_log_pauses_on_space_and_filters_on_slash(control: Control) ->
         await wait_for(pilot, lambda: table.row_count == expected, "only CPU rows")
         devices = {table.get_row_at(i)[2] for i in range(table.row_count)}
         assert devices == {"cpu"}
-        assert app.connected and control.daemon.patches == []  # typing "c"/"p" in the filter changed nothing
+        await writes_answered(app)
+        assert app.connected and control.daemon.writes == []  # typing "c"/"p" in the filter changed nothing
 
         await pilot.press("slash", "escape")
         assert panel.filter_text == "device:cpu"  # escape keeps the filter that was set
@@ -256,11 +262,10 @@ async def test_a_keymap_rebinds_keys(control: Control) -> None:
     app = console_for(control.path, keymap={"toggle_pd": "o"})
     async with app.run_test(size=(80, 24)) as pilot:
         await wait_for(pilot, lambda: app.connected, "connected")
-        await pilot.press("p")
-        await pilot.pause(0.2)
-        assert control.daemon.patches == []
-        await pilot.press("o")
+        await pilot.press("p", "o")
         await wait_for(pilot, lambda: control.daemon.state.config[AUTO_PD] is True, "o toggled auto-PD")
+        await writes_answered(app)
+        assert control.daemon.writes == [("PATCH /v1/config", {AUTO_PD: True})]  # from "o" alone
         assert app.query_one(DataTable) is not None
 
 
@@ -274,14 +279,18 @@ async def test_updates_keep_flowing_under_a_modal_and_its_keys_change_nothing(co
         control.daemon.add_decision(sample_decision(300, base + 1))
         rows = len(control.daemon.state.recent_decisions)
         await wait_for(pilot, lambda: app.log_panel.table.row_count == rows, "the log updated behind the help")
-        await pilot.press("p", "P", "plus", "space", "4")
-        await pilot.pause(0.2)
-        assert control.daemon.patches == [] and not app.log_panel.paused
-        await pilot.press("escape", "D")
+        await pilot.press("p", "P", "plus", "space", "4", "escape")
+        await wait_for(pilot, lambda: app.screen is app.main_screen, "help closed by the key after them")
+        await writes_answered(app)
+        assert control.daemon.writes == [] and not app.log_panel.paused
+        assert app.main_screen.has_class("-view-overview")
+        await pilot.press("D")
         await wait_for(pilot, lambda: isinstance(app.screen, ConfirmModal), "the question")
-        await pilot.press("p", "question_mark")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, ConfirmModal) and control.daemon.patches == []
+        await pilot.press("p", "question_mark", "n")
+        # "?" opened no help over the question: "n" after it reached the question and answered it.
+        await wait_for(pilot, lambda: app.screen is app.main_screen, "the question answered by the key after them")
+        await writes_answered(app)
+        assert control.daemon.writes == []
 
 
 async def test_the_log_stays_capped_and_keeps_the_newest(control: Control) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-CONSOLE = [sys.executable, "-c", "import sys; from console.app import main; sys.exit(main())"]
+CONSOLE = [sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())"]
 
 
 def run_console(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

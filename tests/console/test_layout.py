@@ -59,7 +59,11 @@ async def test_layout_of_the_recorded_state(control: Control, utc: Any, tmp_path
                  "queue", "decisions", "? help", "q quit"):  # fmt: skip
         assert word in text, f"{word!r} is not on the {width}x{height} screen"
     golden = SNAPSHOTS / f"console-{width}x{height}.txt"
-    if os.environ.get("SYSHAX_UPDATE_SNAPSHOTS") or not golden.exists():
+    svg = tmp_path / f"console-{width}x{height}.svg"
+    if os.environ.get("SYSHAX_UPDATE_SNAPSHOTS"):
         SNAPSHOTS.mkdir(exist_ok=True)
         golden.write_text(text, encoding="utf-8")
-    assert text == golden.read_text(encoding="utf-8"), f"layout changed: compare with {golden}"
+    if not golden.exists():
+        pytest.fail(f"no snapshot {golden} to compare with: run with SYSHAX_UPDATE_SNAPSHOTS=1 to write it, "
+                    f"look at {svg}, and commit it")  # fmt: skip
+    assert text == golden.read_text(encoding="utf-8"), f"layout changed: compare with {golden} (screen: {svg})"

@@ -85,8 +85,10 @@ async def test_hotkeys_change_the_daemons_config_and_panels_show_its_numbers(
     stack = make_stack(policy="classic")
     path = socket_of(stack)
     app = console_for(path)
-    async with app.run_test(size=(100, 40), notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
+    # 140 columns: the wide layout, whose conductor panel keeps "total N" on its line even
+    # beside the loop-lag warning that a loaded test machine brings up.
+    async with app.run_test(size=(140, 40), notifications=True) as pilot:
+        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected", timeout=30)
 
         await asyncio.to_thread(chat, stack.url, 4)
         daemon = await read_state(path)
@@ -157,7 +159,7 @@ async def test_a_daemon_restart_needs_no_key(make_stack: Callable[..., Any]) -> 
     restarted: subprocess.Popen[bytes] | None = None
     try:
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.connected, "connected")
+            await wait_for(pilot, lambda: app.connected, "connected", timeout=30)
 
             stack.daemon.send_signal(signal.SIGTERM)
             await asyncio.to_thread(stack.daemon.wait, 20)

@@ -246,7 +246,7 @@ def test_console_key_stops_everything(short_tmp: Path, key: bytes) -> None:
     run, master, _ = _pty_demo(tmpdir)
     try:
         sock = run.wait_for(run.socket, 60, "the control socket appeared")
-        run.wait_for(lambda: any("console.app" in _cmdline(p) for p in run.seen), 30, "the console started")
+        run.wait_for(lambda: any("console.cli" in _cmdline(p) for p in run.seen), 30, "the console started")
         run.wait_for(lambda: (_state(sock) or StateModel(version="", uptime=0, time=0)).conductor.requests_total > 0,
                      60, "requests flowed")
         # The key goes in once the console has drawn its footer (so it reads keys itself).

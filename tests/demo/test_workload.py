@@ -7,9 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from demo import llama
 from demo import workload as wl
 from demo.load import CHAT_OVERHEAD, prompt_text, request_body
 from sim.textgen import chat_tokens
+
+ROOT = Path(__file__).resolve().parents[2]
 
 AZURE = """TIMESTAMP,ContextTokens,GeneratedTokens
 2023-11-16 18:15:46.6805900,374,44
@@ -70,6 +73,12 @@ def test_real_trace_is_found_beside_a_checkout(tmp_path: Path) -> None:
     real.parent.mkdir(parents=True)
     real.write_text(AZURE, encoding="utf-8")
     assert wl.find_real_trace(checkout) == real.resolve()
+
+
+def test_the_checkout_the_package_runs_from_is_searched() -> None:
+    # demo/ sits at the top of the checkout: tools/ is inside it, the full trace beside it.
+    assert llama.BUILD_SCRIPT == ROOT / "tools" / "build_engines.py" and llama.BUILD_SCRIPT.is_file()
+    assert wl.find_real_trace() == wl.find_real_trace(ROOT)
 
 
 def test_schedule_scales_time_by_load_and_speed_and_repeats() -> None:

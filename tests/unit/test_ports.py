@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from demo.stack import free_port
+from demo.ports import free_port
 from tests.plugins import ports
 
 
