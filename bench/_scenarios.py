@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from syshaxd.config import Decider, Handoff
-from syshaxd.config.runtime import limits_of
+from syshaxd.config import Decider, Handoff, limits_of
 from syshaxd.routing import Limits
 
 

@@ -127,7 +127,8 @@ def describe_change(change: ConfigChangeModel) -> str:
     if change.source == "save":
         path = getattr(change, "path", None)  # newer daemons say which file they wrote
         where = f" to {path}" if path else ""
-        return f"saved {len(change.changed)} runtime values{where}"
+        engines = f" and the flags of {len(change.engines)} engine(s)" if change.engines else ""
+        return f"saved {len(change.changed)} runtime values{engines}{where}"
     parts = [f"{key.removeprefix('decider.')} = {_show(value)}" for key, value in change.changed.items()]
     for name, flags in change.engines.items():
         parts.extend(f"{name} {flag} = {_show(value)}" for flag, value in flags.items())

@@ -204,10 +204,13 @@ def cmd_save(args: argparse.Namespace) -> int:
         change = ConfigChangeModel.model_validate(client.request("POST", "/v1/config/save"))
     finally:
         client.close()
-    if change.changed:
-        print(f"saved {len(change.changed)} runtime value(s) to {change.path}:")
+    if change.changed or change.engines:
+        print(f"saved {len(change.changed)} runtime value(s) and {len(change.engines)} engine flag set(s) "
+              f"to {change.path}:")
         for key, value in sorted(change.changed.items()):
             print(f"  {key} = {_show(value)}")
+        for name, flags in sorted(change.engines.items()):
+            print(f"  engines.{name}: " + ", ".join(f"{flag}={_show(on)}" for flag, on in sorted(flags.items())))
     else:
         print(f"nothing differs from the config file; {change.path} now holds no overrides")
     return 0

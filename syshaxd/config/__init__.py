@@ -19,6 +19,7 @@ from syshaxd.config.layers import (
     DeviceService,
     Dialect,
     EngineEndpoint,
+    EngineFlags,
     EngineSpec,
     GpuService,
     Handoff,
@@ -54,8 +55,13 @@ from syshaxd.config.layers import (
     unknown_key_error,
     validate,
 )
+from syshaxd.config.runtime import UNSAVED, PatchError, RuntimeConfig, limits_of
 
 __all__ = [
+    "UNSAVED",
+    "PatchError",
+    "RuntimeConfig",
+    "limits_of",
     "ConductorService",
     "Config",
     "ConfigError",
@@ -68,6 +74,7 @@ __all__ = [
     "ENV_CONFIG",
     "ENV_PREFIX",
     "EngineEndpoint",
+    "EngineFlags",
     "EngineSpec",
     "GpuService",
     "Handoff",

@@ -35,6 +35,8 @@ from syshaxd.config.files import (
     read_yaml_mapping,
     to_plain,
 )
+from syshaxd.config.flags import SECTION as FLAGS_SECTION
+from syshaxd.config.flags import EngineFlags, flags_section, parse_engine_flags
 from syshaxd.config.keys import KeyInfo, from_text, suggest
 from syshaxd.config.model import (
     RUNTIME_KEYS,
@@ -65,7 +67,7 @@ from syshaxd.routing import Handoff
 
 __all__ = [
     "RUNTIME_KEYS", "Config", "ConductorService", "Control", "CpuService", "Decider",
-    "DeviceService", "Dialect", "EngineEndpoint", "EngineSpec", "GpuService", "Handoff",
+    "DeviceService", "Dialect", "EngineEndpoint", "EngineFlags", "EngineSpec", "GpuService", "Handoff",
     "Logging", "ModelParams", "Models", "Monitor", "PolicyName", "Services", "System",
     "all_keys", "engine_specs", "iter_keys", "ConfigError", "KeyInfo", "atomic_write",
     "read_yaml_mapping", "suggest", "load_document", "parse_scalar", "DEFAULT_LOCATIONS",
@@ -116,6 +118,8 @@ class LoadedConfig:
     overrides_path: Path | None = None
     #: dotted key -> "file PATH", "overrides PATH" or "env VAR" (absent: the default)
     sources: dict[str, str] = field(default_factory=dict)
+    #: engine name -> its saved flags, from the overrides file (absent: enabled, not draining)
+    engine_flags: dict[str, EngineFlags] = field(default_factory=dict)
 
     def source_of(self, key: str) -> str:
         """Where the effective value of ``key`` came from ("default" when no layer set it)."""
@@ -135,7 +139,7 @@ def find_config_path(
     try:
         return find_config_file(explicit, env, DEFAULT_LOCATIONS if locations is None else locations)
     except LocateError as exc:
-        raise ConfigError(str(exc)) from None
+        raise ConfigError(exc.reason, source=str(exc.path)) from None
 
 
 def env_overrides(env: Mapping[str, str]) -> dict[str, tuple[str, str]]:
@@ -260,6 +264,8 @@ def load_config(
         from_env[dotted] = coerce_value(dotted, raw)
 
     resolved_overrides: Path | None = None
+    flags_data: Any = None
+    flag_lines: dict[str, int] = {}
     if use_overrides:
         if overrides_path is None:
             state_dir = from_env.get("control.state_dir") or validate(data).control.state_dir
@@ -267,12 +273,13 @@ def load_config(
         resolved_overrides = overrides_path
         if overrides_path.is_file():
             over, lines = read_config_file(overrides_path)
+            flags_data, flag_lines = over.pop(FLAGS_SECTION, None), lines
             over = prune_null_sections(over, Config)
             for key, _ in _flatten(over):
                 if key not in RUNTIME_KEYS:
                     raise ConfigError(
                         f"{key!r} cannot be overridden at run time; only these keys may appear "
-                        f"here: {', '.join(sorted(RUNTIME_KEYS))}",
+                        f"here: {', '.join(sorted(RUNTIME_KEYS))} (and engines.<name>.enabled/draining)",
                         source=f"{overrides_path}:{lines.get(key, 1)}",
                         key=key,
                     )
@@ -286,9 +293,9 @@ def load_config(
         sources[dotted] = f"env {var}"
         origins[dotted] = f"environment variable {var}"
     config = validate(data, str(path) if path else None, origins)
-    return LoadedConfig(
-        config=config, path=path, overrides_path=resolved_overrides, sources=sources
-    )
+    names = [spec.name for spec in engine_specs(config)]
+    flags = parse_engine_flags(flags_data, flag_lines, str(resolved_overrides), names)
+    return LoadedConfig(config, path, resolved_overrides, sources, engine_flags=flags)
 
 
 # ---------------------------------------------------------------------------------------
@@ -358,13 +365,21 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def save_overrides(path: Path, values: Mapping[str, Any]) -> None:
-    """Write runtime overrides (dotted keys, plain values) as nested YAML, atomically."""
+def save_overrides(
+    path: Path, values: Mapping[str, Any], engines: Mapping[str, EngineFlags] | None = None
+) -> None:
+    """Write runtime overrides (dotted keys, plain values) as nested YAML, atomically.
+
+    ``engines`` adds each engine's flags that differ from the default (enabled, not draining).
+    """
     nested: dict[str, Any] = {}
     for key, value in sorted(values.items()):
         if key not in RUNTIME_KEYS:
             raise ConfigError(f"{key!r} is not a runtime key", key=key)
         set_dotted(nested, key, _plain(value))
+    section = flags_section(engines or {})
+    if section:
+        nested[FLAGS_SECTION] = section
     header = "# Runtime overrides written by syshaxd (syshax save). The admin's YAML file stays untouched.\n"
     atomic_write(path, dump_mapping(nested, header), mode=0o640)
 

@@ -4,20 +4,21 @@
 ``enabled``/``draining`` flags. Changes arrive as flat patches of dotted keys (PATCH
 /v1/config, ``syshax set``), are validated as a whole and applied all or nothing, and are
 announced to subscribers as :class:`~syshaxd.schema.ConfigChangeModel`. ``save`` writes the
-runtime values that differ from the admin's file into the overrides file; ``reload`` rereads
-both files and applies only what may change at run time.
+runtime values that differ from the admin's file, and the engine flags that differ from the
+default, into the overrides file; ``reload`` rereads both files and applies only what may
+change at run time (runtime keys and engine flags).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from syshaxd.config.flags import ENGINE_FLAGS, EngineFlags
 from syshaxd.config.layers import (
     OVERRIDES_NAME,
     RUNTIME_KEYS,
@@ -37,7 +38,8 @@ from syshaxd.schema import ConfigChangeModel
 
 log = logging.getLogger("syshaxd.runtime")
 
-ENGINE_FLAGS = ("enabled", "draining")
+__all__ = ["ENGINE_FLAGS", "UNSAVED", "EngineFlags", "PatchError", "RuntimeConfig", "limits_of"]
+
 UNSAVED = "runtime (not saved)"
 
 ChangeCallback = Callable[[ConfigChangeModel], None]
@@ -71,14 +73,6 @@ class PatchError(Exception):
         super().__init__(f"{key}: {reason}")
 
 
-@dataclass(frozen=True)
-class EngineFlags:
-    """An engine's operator switches."""
-
-    enabled: bool = True
-    draining: bool = False
-
-
 class RuntimeConfig:
     """The current config plus engine flags, changed by patches, saves and reloads."""
 
@@ -92,7 +86,7 @@ class RuntimeConfig:
         """Start from a loaded config.
 
         Args:
-            loaded: the config as the daemon started with it.
+            loaded: the config as the daemon started with it (engine flags included).
             engine_names: the configured engines (``engines.<name>.*`` keys).
             loader: rereads the files; called with ``use_overrides``. Default: the same
                 config file and overrides file as ``loaded``.
@@ -101,11 +95,13 @@ class RuntimeConfig:
         self._path = loaded.path
         self._overrides_path = loaded.overrides_path
         self._sources = dict(loaded.sources)
-        self._flags = {name: EngineFlags() for name in engine_names}
+        self._flags = {name: loaded.engine_flags.get(name, EngineFlags()) for name in engine_names}
         self._callbacks: list[ChangeCallback] = []
         self._loader = loader or self._default_loader
         #: The overrides written by the last ``save`` (key -> value).
         self.last_saved: dict[str, Any] = {}
+        #: The engine flags written by the last ``save`` (name -> both flags).
+        self.last_saved_engines: dict[str, dict[str, bool]] = {}
 
     def _default_loader(self, use_overrides: bool) -> LoadedConfig:
         return load_config(self._path, overrides_path=self._overrides_path, use_overrides=use_overrides)
@@ -133,7 +129,7 @@ class RuntimeConfig:
 
     def all_engine_flags(self) -> dict[str, dict[str, bool]]:
         """Every engine's flags as ``{name: {"enabled": ..., "draining": ...}}``."""
-        return {name: {"enabled": f.enabled, "draining": f.draining} for name, f in self._flags.items()}
+        return {name: f.as_dict() for name, f in self._flags.items()}
 
     def values(self) -> dict[str, Any]:
         """The runtime keys and their current values."""
@@ -210,11 +206,7 @@ class RuntimeConfig:
         changed = {k: v for k, v in new_values.items() if old_values.get(k) != v}
         for key in config_updates:
             self._sources[key] = UNSAVED
-        engines = {
-            name: {"enabled": f.enabled, "draining": f.draining}
-            for name, f in new_flags.items()
-            if name in flag_updates
-        }
+        engines = {name: f.as_dict() for name, f in new_flags.items() if name in flag_updates}
         change = ConfigChangeModel(changed=changed, engines=engines, source="patch")
         self._announce(change)
         return change
@@ -274,7 +266,8 @@ class RuntimeConfig:
     # ---- files ----------------------------------------------------------------------
 
     def save(self) -> Path:
-        """Write the runtime values that differ from the admin's file to the overrides file.
+        """Write the runtime values that differ from the admin's file, and the engine flags
+        that differ from the default, to the overrides file.
 
         Keys equal to what the file (and environment) give are left out, so a later edit of
         the YAML file is not shadowed by a stale override.
@@ -283,22 +276,27 @@ class RuntimeConfig:
         current = self.values()
         overrides = {k: v for k, v in current.items() if baseline.get(k) != v}
         path = self.overrides_path
-        save_overrides(path, overrides)
+        save_overrides(path, overrides, self._flags)
         self._overrides_path = path
         self.last_saved = overrides
+        self.last_saved_engines = {n: f.as_dict() for n, f in sorted(self._flags.items()) if f.changed()}
         for key in current:
             if key in overrides:
                 self._sources[key] = f"overrides {path}"
             elif self._sources.get(key, "").startswith(("overrides ", UNSAVED)):
                 self._sources[key] = "default"
-        self._announce(ConfigChangeModel(changed=overrides, source="save", path=str(path)))
+        self._announce(
+            ConfigChangeModel(changed=overrides, engines=self.last_saved_engines, source="save", path=str(path))
+        )
         return path
 
     def reload(self) -> ConfigChangeModel:
-        """Reread the config file and the overrides; apply changed runtime keys only.
+        """Reread the config file and the overrides; apply changed runtime keys and engine flags only.
 
         Keys that are not runtime keys and differ from the running config are listed in
-        ``needs_restart`` and not applied. Unsaved patches are replaced by the files' values.
+        ``needs_restart`` and not applied. Unsaved patches are replaced by the files' values,
+        engine flags included: an engine the overrides file does not name is enabled and not
+        draining afterwards.
 
         Raises:
             ConfigError: a file is invalid; nothing has changed then.
@@ -310,8 +308,9 @@ class RuntimeConfig:
             for key in all_keys()
             if key not in RUNTIME_KEYS and get_dotted(fresh, key) != get_dotted(self._config, key)
         )
-        old_values = self.values()
+        old_values, old_flags = self.values(), self._flags
         self._config = self._with_runtime_values(runtime_values(fresh))
+        self._flags = {name: loaded.engine_flags.get(name, EngineFlags()) for name in old_flags}
         self._sources = {
             **{k: v for k, v in self._sources.items() if k not in RUNTIME_KEYS},
             **{k: v for k, v in loaded.sources.items() if k in RUNTIME_KEYS},
@@ -319,7 +318,8 @@ class RuntimeConfig:
         if loaded.overrides_path is not None:
             self._overrides_path = loaded.overrides_path
         changed = {k: v for k, v in self.values().items() if old_values.get(k) != v}
-        change = ConfigChangeModel(changed=changed, needs_restart=needs_restart, source="reload")
+        engines = {n: f.as_dict() for n, f in self._flags.items() if f != old_flags[n]}
+        change = ConfigChangeModel(changed=changed, engines=engines, needs_restart=needs_restart, source="reload")
         self._announce(change)
         return change
 

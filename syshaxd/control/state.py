@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 
 from syshaxd import __version__
-from syshaxd.config.runtime import RuntimeConfig
+from syshaxd.config import RuntimeConfig
 from syshaxd.routing import Limits
 from syshaxd.schema import (
     ConductorStatsModel,

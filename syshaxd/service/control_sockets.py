@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from syshaxd.control.listen import ControlSocket, ControlSocketError
+from syshaxd.control import ControlSocket, ControlSocketError
 from syshaxd.service.servers import SignalFreeServer, control_server
 
 log = logging.getLogger("syshaxd")

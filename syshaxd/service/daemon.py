@@ -18,13 +18,18 @@ import sys
 import time
 from typing import Any
 
-from syshaxd.config import ConfigError, LoadedConfig, engine_specs
-from syshaxd.config.runtime import RuntimeConfig
-from syshaxd.control.app import ControlContext, create_control_app, publish_states
-from syshaxd.control.bus import EventBus
-from syshaxd.control.listen import ControlSocketError, create_control_socket
-from syshaxd.control.peercred import AccessPolicy
-from syshaxd.control.state import build_state
+from syshaxd.config import ConfigError, LoadedConfig, RuntimeConfig, engine_specs
+from syshaxd.control import (
+    AccessPolicy,
+    ControlContext,
+    ControlSocketError,
+    EventBus,
+    build_state,
+    create_control_app,
+    create_control_socket,
+    publish_config_changes,
+    publish_states,
+)
 from syshaxd.locate import default_socket_path
 from syshaxd.schema import ConfigChangeModel, MemoryModel, StateModel
 from syshaxd.service.control_sockets import ControlSockets
@@ -86,6 +91,7 @@ class Daemon:
         self.specs = engine_specs(self.config)
         self.runtime = RuntimeConfig(loaded, [s.name for s in self.specs])
         self.bus = EventBus()
+        publish_config_changes(self.runtime, self.bus)  # once per run, not once per control app
         self.notifier = Notifier.from_env()
         self.started = time.monotonic()
         #: RSS when first ready (None until ready).

@@ -10,7 +10,7 @@ from typing import Any
 
 import uvicorn
 
-from syshaxd.control.peercred import peercred_protocol_class
+from syshaxd.control import peercred_protocol_class
 
 
 class BindError(Exception):

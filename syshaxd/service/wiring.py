@@ -15,9 +15,8 @@ from fastapi import FastAPI
 
 from syshaxd.api import create_api_app
 from syshaxd.conductor import Conductor, Dispatcher
-from syshaxd.config import Config, engine_specs
-from syshaxd.config.runtime import RuntimeConfig
-from syshaxd.control.bus import EventBus
+from syshaxd.config import Config, RuntimeConfig, engine_specs
+from syshaxd.control import EventBus
 from syshaxd.engines import EngineClient
 from syshaxd.monitor import EngineAffinity, HostSampler, Monitor
 from syshaxd.service.vitals import Vitals

@@ -107,6 +107,8 @@ def test_describe_change_names_what_changed() -> None:
     assert "cpu_max_batch_size = 21" in text and "gpu1 draining = off" in text
     assert describe_change(ConfigChangeModel(source="reload")) == "reloaded: nothing changed"
     assert "saved 2 runtime values" in describe_change(ConfigChangeModel(changed={POLICY: "a", AUTO_PD: 1}, source="save"))
+    saved = ConfigChangeModel(changed={POLICY: "a"}, engines={"cpu0": {"draining": True}}, source="save")
+    assert describe_change(saved).startswith("saved 1 runtime values and the flags of 1 engine(s)")
 
 
 def test_engines_of_groups_by_device_in_daemon_order() -> None:

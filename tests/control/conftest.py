@@ -20,7 +20,12 @@ import pytest
 
 from syshaxd.config import LoadedConfig, load_config
 from syshaxd.config.runtime import RuntimeConfig
-from syshaxd.control.app import ControlContext, create_control_app, publish_states
+from syshaxd.control.app import (
+    ControlContext,
+    create_control_app,
+    publish_config_changes,
+    publish_states,
+)
 from syshaxd.control.bus import EventBus
 from syshaxd.control.listen import ControlSocket, create_control_socket
 from syshaxd.control.peercred import AccessPolicy
@@ -115,6 +120,7 @@ async def control_api(public_dir: Path, control_options: dict[str, str | None]) 
         runtime=runtime, bus=bus, access=AccessPolicy.from_config(loaded.config, control.gid),
         state=state, reload=reload,
     )
+    unpublish = publish_config_changes(runtime, bus)  # once, as the daemon does
     server: SignalFreeServer = control_server(create_control_app(ctx))
     stop = asyncio.Event()
     task = asyncio.create_task(server.serve(sockets=[control.sock]))
@@ -127,6 +133,7 @@ async def control_api(public_dir: Path, control_options: dict[str, str | None]) 
         bus.close()
         server.should_exit = True
         await asyncio.gather(task, publisher, return_exceptions=True)
+        unpublish()
         control.close()
 
 

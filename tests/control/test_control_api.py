@@ -10,6 +10,11 @@ from pathlib import Path
 import httpx
 import yaml
 
+from syshaxd.config import load_config
+from syshaxd.config.runtime import RuntimeConfig
+from syshaxd.control.app import ControlContext, create_control_app, publish_config_changes
+from syshaxd.control.bus import EventBus
+from syshaxd.control.peercred import AccessPolicy
 from syshaxd.schema import ConfigChangeModel, DecisionModel, ErrorModel, StateModel
 from tests.control.conftest import ControlHarness
 
@@ -173,3 +178,30 @@ async def test_too_deep_or_too_big_bodies_are_refused(control_api: ControlHarnes
     assert too_deep.status_code == 422 and "nested too deeply" in too_deep.json()["error"]
     assert too_big.status_code == 413 and too_big.json()["key"] == "(body)"
     assert state.config["decider.max_num_seqs"] == 16
+
+
+async def test_building_the_app_again_does_not_publish_changes_twice() -> None:
+    # The daemon builds a new app each time its socket is made again; only
+    # publish_config_changes, called once, puts changes on the bus.
+    runtime = RuntimeConfig(load_config(None, env={}, locations=(), use_overrides=False), ["gpu0"])
+    bus = EventBus()
+
+    def state() -> StateModel:
+        raise AssertionError("no request is served here")
+
+    async def reload() -> ConfigChangeModel:
+        return runtime.reload()
+
+    access = AccessPolicy.from_config(runtime.config)
+    ctx = ControlContext(runtime=runtime, bus=bus, access=access, state=state, reload=reload)
+    create_control_app(ctx)
+    subscription = bus.subscribe()
+    runtime.apply_patch({"decider.max_num_seqs": 3})
+    assert bus.published_total == 0
+    publish_config_changes(runtime, bus)
+    create_control_app(ctx)
+    create_control_app(ctx)
+    runtime.apply_patch({"decider.max_num_seqs": 4})
+    assert bus.published_total == 1
+    event = await asyncio.wait_for(subscription.__anext__(), 1)
+    assert (event.name, ConfigChangeModel.model_validate_json(event.data).changed) == ("config", {"decider.max_num_seqs": 4})

@@ -7,6 +7,10 @@ import grp
 import os
 import socket
 import stat
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -14,6 +18,50 @@ import pytest
 from syshaxd.control import listen as cs
 from syshaxd.control.listen import AlreadyRunning, ControlSocketError, create_control_socket
 from tests.control.conftest import NOBODY, ControlHarness, needs_root, run_as_nobody
+
+#: A daemon's socket in a process of its own, held until its stdin closes.
+HOLD = """
+import sys
+from pathlib import Path
+from syshaxd.control.listen import create_control_socket
+control = create_control_socket(Path(sys.argv[1]), "nogroup")
+print("ready", flush=True)
+sys.stdin.read()
+control.close()
+"""
+#: A second daemon in a process of its own: prints why it may not start, or "started".
+ATTEMPT = """
+import sys
+from pathlib import Path
+from syshaxd.control.listen import AlreadyRunning, create_control_socket
+try:
+    create_control_socket(Path(sys.argv[1]), "nogroup").close()
+except AlreadyRunning as exc:
+    print(exc)
+else:
+    print("started")
+"""
+
+
+@contextmanager
+def held_by_another_process(path: Path) -> Iterator[subprocess.Popen[str]]:
+    """The control socket at ``path`` created and held by a child process."""
+    with subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as child:
+        assert child.stdin is not None and child.stdout is not None
+        try:
+            assert child.stdout.readline().strip() == "ready"
+            yield child
+        finally:
+            child.stdin.close()  # the child closes its socket and exits
+            child.wait(timeout=30)
+
+
+def second_daemon_says(path: Path) -> str:
+    """What a second daemon, started in another process, says about the socket at ``path``."""
+    out = subprocess.run([sys.executable, "-c", ATTEMPT, str(path)], capture_output=True, text=True,
+                         timeout=30, check=True)
+    return out.stdout.strip()
 
 
 def test_socket_is_0660_for_the_group_and_never_wider(public_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -52,18 +100,17 @@ def test_missing_group_falls_back_to_the_daemons_group(public_dir: Path) -> None
         control.close()
 
 
-def test_second_instance_is_refused_and_first_socket_survives(public_dir: Path) -> None:
+def test_second_instance_is_refused_naming_the_first_ones_pid(public_dir: Path) -> None:
     path = public_dir / "control.sock"
-    first = create_control_socket(path, "nogroup")
-    try:
-        with pytest.raises(AlreadyRunning, match=f"pid {os.getpid()}"):
+    with held_by_another_process(path) as first:
+        assert first.pid != os.getpid()
+        with pytest.raises(AlreadyRunning, match=rf"\(pid {first.pid}\)"):
             create_control_socket(path, "nogroup")
         assert stat.S_ISSOCK(os.stat(path).st_mode)
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        probe.connect(str(path))  # still listening
+        probe.connect(str(path))  # the first one still listens
         probe.close()
-    finally:
-        first.close()
+    assert not path.exists()  # and cleaned up after itself: our refusal took nothing of its
 
 
 def test_stale_socket_from_a_dead_daemon_is_replaced(public_dir: Path) -> None:
@@ -177,9 +224,8 @@ def test_remake_after_the_directory_went_takes_the_lock_again(public_dir: Path) 
         run.rmdir()
         fresh = first.remake()
         try:
-            assert path.with_name("control.sock.lock").read_text().strip() == str(os.getpid())
-            with pytest.raises(AlreadyRunning):
-                create_control_socket(path, "nogroup")
+            # The lock is ours again: another process trying to start is told this one's pid.
+            assert f"(pid {os.getpid()})" in second_daemon_says(path)
         finally:
             fresh.close()
     finally:

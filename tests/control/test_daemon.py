@@ -11,6 +11,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,25 @@ def last_decision(daemon: RunningDaemon, after: int) -> DecisionModel:
             return decisions[-1]
         time.sleep(0.05)
     raise TimeoutError("no new decision recorded")
+
+
+@contextmanager
+def restarted(daemon: RunningDaemon) -> Iterator[subprocess.Popen[bytes]]:
+    """The daemon stopped and started again with the same config, environment and state
+    directory; yields the new process once its control socket answers, stops it afterwards."""
+    assert daemon.stop() == 0
+    log = open(daemon.dir / "restarted.log", "wb")  # noqa: SIM115 - closed below
+    successor = subprocess.Popen(
+        [sys.executable, "-m", "syshaxd", "--config", str(daemon.config_path)],
+        stdout=log, stderr=subprocess.STDOUT, env=daemon.env,
+    )
+    try:
+        wait_control_socket(daemon.socket_path, successor)
+        yield successor
+    finally:
+        successor.send_signal(signal.SIGTERM)
+        successor.wait(timeout=30)
+        log.close()
 
 
 def test_state_of_a_real_daemon(start_daemon: Any) -> None:
@@ -108,6 +130,63 @@ def test_save_then_reload_round_trip_and_sighup(start_daemon: Any) -> None:
     assert state.config["decider.max_num_seqs"] == 5
     assert state.config["decider.cpu_max_batch_size"] == 3  # the saved override still wins
     assert "system.max_queue_size" in daemon.log_text()  # reported as needing a restart
+
+
+def test_a_saved_drain_survives_a_restart(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    assert daemon.patch({"engines.cpu0.draining": True}).status_code == 200
+    with daemon.control() as client:
+        saved = ConfigChangeModel.model_validate(client.post("/v1/config/save").json())
+    assert saved.engines == {"cpu0": {"enabled": True, "draining": True}}
+    overrides = daemon.state_dir / "overrides.yaml"
+    assert yaml.safe_load(overrides.read_text()) == {"engines": {"cpu0": {"draining": True}}}
+    with restarted(daemon):
+        flags = {e.name: (e.enabled, e.draining) for e in daemon.state().engines}
+        assert flags == {"gpu0": (True, False), "cpu0": (True, True)}
+
+
+def follow_events(daemon: RunningDaemon, until: Any) -> tuple[threading.Event, threading.Event, list[tuple[str, str]]]:
+    """Read a fresh /v1/events stream in a thread until ``until(events)`` is true.
+
+    Returns (subscribed, done, events): ``subscribed`` is set once the first event arrived
+    (the stream's subscription exists from then on), ``done`` when ``until`` held.
+    """
+    events: list[tuple[str, str]] = []
+    subscribed, done = threading.Event(), threading.Event()
+
+    def follow() -> None:
+        with daemon.control() as client, client.stream("GET", "/v1/events", timeout=30) as resp:
+            name = ""
+            for line in resp.iter_lines():
+                if line.startswith("event: "):
+                    name = line[7:]
+                elif line.startswith("data: "):
+                    events.append((name, line[6:]))
+                    subscribed.set()
+                    if until(events):
+                        done.set()
+                        return
+
+    threading.Thread(target=follow, daemon=True).start()
+    return subscribed, done, events
+
+
+def test_a_remade_control_socket_publishes_each_config_change_once(start_daemon: Any) -> None:
+    daemon = start_daemon()
+    daemon.socket_path.unlink()
+    wait_control_socket(daemon.socket_path, daemon.proc)  # made again within seconds
+
+    def after_a_config_a_state(events: list[tuple[str, str]]) -> bool:
+        # Both copies of a change are published in one call, before the next state event.
+        names = [n for n, _ in events]
+        return "config" in names and "state" in names[names.index("config"):]
+
+    subscribed, done, events = follow_events(daemon, after_a_config_a_state)
+    assert subscribed.wait(10), "the new control socket sent no event"
+    assert daemon.patch({"decider.max_num_seqs": 7}).status_code == 200
+    assert done.wait(30), f"no config event, then a state event, within 30 s: {Counter(n for n, _ in events)}"
+    configs = [ConfigChangeModel.model_validate_json(data) for name, data in events if name == "config"]
+    assert [c.changed for c in configs] == [{"decider.max_num_seqs": 7}]
 
 
 def test_event_stream_of_a_real_daemon(start_daemon: Any) -> None:

@@ -159,8 +159,26 @@ def test_lookup_order_explicit_then_env_then_etc_then_cwd(
     assert nothing.config == Config()
 
 
-def test_default_locations_are_etc_then_working_directory() -> None:
-    assert cfg.DEFAULT_LOCATIONS == (Path("/etc/syshax/config.yaml"), Path("config/config.yaml"))
+def test_without_a_named_file_etc_is_tried_before_the_working_directory(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # What the loader does, not what a constant holds: record the files it looks for, and
+    # leave /etc out of it so the test means the same on a host that has a config there.
+    etc = Path("/etc/syshax/config.yaml")
+    model_file(tmp_path / "config" / "config.yaml", "from-cwd")
+    monkeypatch.chdir(tmp_path)
+    looked: list[Path] = []
+    real_is_file = Path.is_file
+
+    def is_file(self: Path) -> bool:
+        looked.append(self)
+        return False if self == etc else real_is_file(self)
+
+    monkeypatch.setattr(Path, "is_file", is_file)
+    loaded = load_config(env=env, use_overrides=False)
+    assert looked == [etc, Path("config/config.yaml")]
+    assert loaded.path == Path("config/config.yaml")
+    assert loaded.config.models.default == "from-cwd"
 
 
 def test_default_locations_are_read_at_call_time(

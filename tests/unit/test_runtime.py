@@ -156,3 +156,53 @@ def test_a_failing_listener_does_not_undo_the_change(files: tuple[Path, Path], c
     unsubscribe()
     rt.apply_patch({"decider.max_num_seqs": 5})
     assert caplog.text.count("listener failed") == 1
+
+
+def test_save_keeps_engine_flags_and_a_restart_starts_with_them(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    seen: list[ConfigChangeModel] = []
+    rt.on_change(seen.append)
+    rt.apply_patch({"engines.cpu0.draining": True, "engines.gpu0.enabled": False})
+    path = rt.save()
+    assert yaml.safe_load(path.read_text()) == {"engines": {"cpu0": {"draining": True}, "gpu0": {"enabled": False}}}
+    expected = {"cpu0": {"enabled": True, "draining": True}, "gpu0": {"enabled": False, "draining": False}}
+    assert rt.last_saved_engines == expected
+    assert seen[-1].source == "save" and seen[-1].engines == expected
+    fresh = make_runtime(files)  # a restarted daemon
+    assert fresh.engine_flags("cpu0") == (True, True)
+    assert fresh.engine_flags("gpu0") == (False, False)
+
+
+def test_saving_a_re_enabled_engine_removes_its_flags(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    rt.apply_patch({"engines.cpu0.draining": True})
+    rt.save()
+    rt.apply_patch({"engines.cpu0.draining": False})
+    path = rt.save()
+    assert yaml.safe_load(path.read_text()) == {}
+    assert rt.last_saved_engines == {}
+    assert make_runtime(files).engine_flags("cpu0") == (True, False)
+
+
+def test_reload_applies_the_saved_flags_and_forgets_unsaved_ones(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    rt.apply_patch({"engines.cpu0.draining": True})
+    rt.save()
+    rt.apply_patch({"engines.cpu0.draining": False, "engines.gpu0.enabled": False})  # not saved
+    change = rt.reload()
+    assert rt.engine_flags("cpu0") == (True, True)
+    assert rt.engine_flags("gpu0") == (True, False)
+    assert change.engines == {
+        "cpu0": {"enabled": True, "draining": True},
+        "gpu0": {"enabled": True, "draining": False},
+    }
+    assert rt.reload().engines == {}  # nothing changed the second time
+
+
+def test_reload_picks_up_flags_written_to_the_overrides_file(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    files[1].parent.mkdir(parents=True, exist_ok=True)
+    files[1].write_text("engines:\n  gpu0:\n    enabled: false\n")
+    change = rt.reload()
+    assert rt.engine_flags("gpu0") == (False, False)
+    assert change.engines == {"gpu0": {"enabled": False, "draining": False}}
