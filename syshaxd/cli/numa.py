@@ -11,13 +11,13 @@ from rich.table import Table
 
 from syshaxd.cli._common import CommandError, UsageError
 from syshaxd.monitor import (
-    format_cpulist,
     RULE_TEXT,
     Binding,
     PlanError,
     Topology,
     binding_notes,
     check_binding,
+    format_cpulist,
     parse_check_arg,
     plan_binding,
     read_topology,

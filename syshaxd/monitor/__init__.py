@@ -6,7 +6,13 @@ Also the NUMA planner (:mod:`.numa`): where the CPU engine should be bound, and 
 from __future__ import annotations
 
 from syshaxd.monitor.affinity import EngineAffinity
-from syshaxd.monitor.host import CpulistError, HostSampler, format_cpulist, parse_cpulist, read_numa_topology
+from syshaxd.monitor.host import (
+    CpulistError,
+    HostSampler,
+    format_cpulist,
+    parse_cpulist,
+    read_numa_topology,
+)
 from syshaxd.monitor.monitor import Monitor
 from syshaxd.monitor.numa import (
     RULE_TEXT,
