@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -11,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from syshaxd.sse import Decoder
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
@@ -45,9 +45,9 @@ def _split_answer(stack: Stack, stream: bool) -> tuple[str, list[str], dict[str,
     if not stream:
         body = response.json()
         return body["choices"][0]["message"]["content"], [body["choices"][0]["finish_reason"]], body["usage"]
-    events = [line[6:] for line in response.text.splitlines() if line.startswith("data: ")]
-    assert events[-1] == "[DONE]"
-    chunks = [json.loads(e) for e in events[:-1]]
+    events = Decoder(strict=True).feed(response.content)
+    assert events[-1].done
+    chunks = [e.json() for e in events[:-1]]
     assert len({c["id"] for c in chunks}) == 1
     text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
     finish = [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]]

@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import psutil
 
+from syshaxd.sse import Decoder, NotEventStream
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
@@ -118,10 +119,14 @@ def _whole(response: httpx.Response) -> Outcome:
 def _streamed(response: httpx.Response) -> Outcome:
     out = Outcome(200)
     done = finished = False
-    for line in response.iter_lines():
-        if not line.startswith("data:"):
-            continue
-        payload = line[5:].strip()
+    decoder = Decoder(strict=True)
+    try:
+        events = [e for chunk in response.iter_bytes() for e in decoder.feed(chunk)]
+    except NotEventStream as exc:
+        out.problems.append(str(exc))
+        events = []
+    for sse_event in events:
+        payload = sse_event.data.decode("utf-8", "replace")
         if done:
             out.problems.append(f"data after [DONE]: {payload[:100]!r}")
             continue

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 import httpx
 
+from syshaxd.sse import Decoder
 from tests.plugins.stack import Stack
 from tests.reliability._probe import (
     MESSAGES,
@@ -103,19 +104,17 @@ def test_engine_dying_mid_stream_ends_it_with_an_error_event(make_stack: Callabl
 
     # SIGKILLed by us while the stream flows.
     events: list[str] = []
+    decoder = Decoder(strict=True)
     with httpx.stream("POST", f"{stack.url}/v1/chat/completions", timeout=30,
                       json={"messages": MESSAGES, "max_tokens": 1000, "stream": True, "ignore_eos": True}) as response:
         assert response.status_code == 200
-        lines = response.iter_lines()
-        for line in lines:
-            if line.startswith("data:"):
-                events.append(line)
-                if len(events) == 3:
-                    kill(stack.engines[GPU])
-                    break
-        events.extend(line for line in lines if line.startswith("data:"))
+        for chunk in response.iter_bytes():
+            before = len(events)
+            events.extend(e.data.decode() for e in decoder.feed(chunk))
+            if before < 3 <= len(events):
+                kill(stack.engines[GPU])
     # The answer had started: the client is told it is broken, then [DONE]; never a hang.
-    assert events[-1] == "data: [DONE]", events[-3:]
+    assert events[-1] == "[DONE]", events[-3:]
     assert '"error"' in events[-2] and "gpu0" in events[-2], events[-2]
     assert sum('"error"' in e for e in events) == 1
     assert stack.metric("syshax_requests_total", outcome="engine_error") == 2

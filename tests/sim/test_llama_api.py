@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+
+from syshaxd.sse import Decoder
 
 CHAT = {"messages": [{"role": "user", "content": "tell me about the river"}], "ignore_eos": True}
 
@@ -23,8 +24,7 @@ def _post(engine: Any, path: str, body: dict[str, Any]) -> httpx.Response:
 
 
 def _events(resp: httpx.Response) -> list[Any]:
-    return [json.loads(line[6:]) if line[6:] != "[DONE]" else "[DONE]"
-            for line in resp.text.splitlines() if line.startswith("data: ")]
+    return [e.json() if not e.done else "[DONE]" for e in Decoder(strict=True).feed(resp.content)]
 
 
 def test_answers_have_llama_servers_keys_ids_usage_and_timings(llama: Any) -> None:
