@@ -19,7 +19,7 @@ from syshaxd.engines.client import (
     engine_events,
 )
 from syshaxd.engines.llamacpp import LLAMACPP
-from syshaxd.engines.openai import OPENAI
+from syshaxd.engines.plain import OPENAI
 from syshaxd.engines.promtext import MetricSet, MetricsParseError
 from syshaxd.engines.rates import RateTracker
 from syshaxd.engines.sglang import SGLANG
