@@ -15,10 +15,7 @@ from hypothesis import strategies as st
 from syshaxd.engines import DIALECTS, MetricsParseError, RateTracker
 from syshaxd.engines.llamacpp import parse_slots
 from syshaxd.snapshot import EngineMetrics, HistogramData
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "metrics"
-if not FIXTURES.is_dir():  # the checkout may live elsewhere than /work/main
-    FIXTURES = Path("/work/shared/fixtures/metrics")
+from tests.shared import shared
 
 #: Bounded so the whole module runs in a few seconds on a busy 2-core machine.
 FUZZ = settings(max_examples=150, deadline=None, database=None,
@@ -135,17 +132,18 @@ def test_wellformed_text_with_noise_spliced_in(lines: list[str], noise: str, whe
             assert_sane(m)
 
 
-def _captures() -> list[Path]:
-    if not FIXTURES.is_dir():
-        return []
-    return sorted(p for p in FIXTURES.iterdir() if p.suffix == ".prom")
+@pytest.fixture(scope="module")
+def captures() -> list[Path]:
+    """The real /metrics captures (resolved once, outside hypothesis: a missing one fails plainly)."""
+    found = sorted(p for p in shared("fixtures", "metrics").iterdir() if p.suffix == ".prom")
+    assert found, "no .prom capture in the shared fixtures"
+    return found
 
 
-@pytest.mark.skipif(not _captures(), reason="shared metrics captures not present")
 @FUZZ
 @given(data=st.data())
-def test_real_captures_cut_and_spliced(data: st.DataObject) -> None:
-    capture = data.draw(st.sampled_from(_captures())).read_text(encoding="utf-8")
+def test_real_captures_cut_and_spliced(captures: list[Path], data: st.DataObject) -> None:
+    capture = data.draw(st.sampled_from(captures)).read_text(encoding="utf-8")
     start = data.draw(st.integers(min_value=0, max_value=len(capture)))
     end = data.draw(st.integers(min_value=start, max_value=len(capture)))
     junk = data.draw(st.text(max_size=20) | st.sampled_from(SPECIAL))

@@ -65,3 +65,28 @@ def sse_json(raw: str) -> tuple[list[dict[str, Any]], bool]:
     events = sse_events(raw)
     done = bool(events) and events[-1] == "[DONE]"
     return [json.loads(e) for e in events if e != "[DONE]"], done
+
+
+async def predicted_total(urls: tuple[str, ...]) -> float:
+    """``llamacpp:tokens_predicted_total`` summed over servers."""
+    total = 0.0
+    async with httpx.AsyncClient(timeout=10) as http:
+        for url in urls:
+            total += metric_samples((await http.get(f"{url}/metrics")).text)["llamacpp:tokens_predicted_total"]
+    return total
+
+
+async def wait_processing(urls: tuple[str, ...], busy: bool, timeout: float = 30.0) -> None:
+    """Poll the servers' /slots every 20 ms until some slot is busy (or none is).
+
+    Polling that often is also the traffic that keeps an abandoned non-streamed request
+    alive on llama-server (docs/llama.md, "Disconnects").
+    """
+    deadline = time.monotonic() + timeout
+    async with httpx.AsyncClient(timeout=10) as http:
+        while True:
+            found = [s for url in urls for s in (await http.get(f"{url}/slots")).json()]
+            if any(s["is_processing"] for s in found) == busy:
+                return
+            assert time.monotonic() < deadline, f"slots never became {'busy' if busy else 'idle'}: {found}"
+            await asyncio.sleep(0.02)

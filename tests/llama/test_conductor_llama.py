@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.llama._util import GREEDY, NO_EOS, metric_samples
+from tests.llama._util import GREEDY, NO_EOS, metric_samples, predicted_total, wait_processing
 from tests.plugins.llama import LlamaBuild, LlamaStack, start_llama_stack
 
 pytestmark = pytest.mark.llama
@@ -251,31 +251,11 @@ def test_monitor_counts_the_real_tokens(stack: LlamaStack) -> None:
 # -- a client that leaves frees the server's slot ----------------------------------------
 
 
-async def _predicted(stack: LlamaStack) -> float:
-    total = 0.0
-    async with httpx.AsyncClient(timeout=10) as http:
-        for server in (stack.gpu, stack.cpu):
-            text = (await http.get(f"{server.url}/metrics")).text
-            total += metric_samples(text)["llamacpp:tokens_predicted_total"]
-    return total
-
-
-async def _wait_processing(stack: LlamaStack, busy: bool, timeout: float = 30.0) -> None:
-    """Poll both servers' /slots (every 20 ms: the traffic that keeps a non-streamed request alive)."""
-    deadline = time.monotonic() + timeout
-    async with httpx.AsyncClient(timeout=10) as http:
-        while True:
-            slots = [s for server in (stack.gpu, stack.cpu) for s in (await http.get(f"{server.url}/slots")).json()]
-            if any(s["is_processing"] for s in slots) == busy:
-                return
-            assert time.monotonic() < deadline, f"slots never became {'busy' if busy else 'idle'}: {slots}"
-            await asyncio.sleep(0.02)
-
-
 @pytest.mark.parametrize("stream", [True, False])
 async def test_client_disconnect_frees_the_servers_slot(stack: LlamaStack, stream: bool) -> None:
-    await _wait_processing(stack, busy=False)
-    before = await _predicted(stack)
+    servers = (stack.gpu.url, stack.cpu.url)
+    await wait_processing(servers, busy=False)
+    before = await predicted_total(servers)
     max_tokens = 3000
     body = {"model": "tiny", "prompt": f"Go on and on ({stream})", "max_tokens": max_tokens, "stream": stream,
             **NO_EOS}
@@ -285,40 +265,14 @@ async def test_client_disconnect_frees_the_servers_slot(stack: LlamaStack, strea
                 assert resp.status_code == 200
                 chunks = resp.aiter_bytes()  # kept: a dropped iterator would close the response
                 await chunks.__anext__()
-                await _wait_processing(stack, busy=True)
+                await wait_processing(servers, busy=True)
         else:
             request = asyncio.create_task(http.post("/v1/completions", json=body))
-            await _wait_processing(stack, busy=True)
+            await wait_processing(servers, busy=True)
             request.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await request
     # The conductor closed its upstream stream: the server stops at once, even while polled.
-    await _wait_processing(stack, busy=False)
-    generated = await _predicted(stack) - before
+    await wait_processing(servers, busy=False)
+    generated = await predicted_total(servers) - before
     assert 0 < generated < max_tokens
-
-
-async def test_the_generated_token_counter_moves_only_when_a_request_ends(stack: LlamaStack) -> None:
-    # Why a decode rate from counter deltas reads 0 while llama-server generates: it adds a
-    # request's tokens to llamacpp:tokens_predicted_total when the slot is released. /slots
-    # has the live count (next_token[0].n_decoded) while the slot is processing.
-    await _wait_processing(stack, busy=False)
-    async with httpx.AsyncClient(base_url=stack.cpu.url, timeout=60) as http:
-        before = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
-        body = {"prompt": "Count with me", "max_tokens": 3000, "stream": True, **NO_EOS}
-        async with http.stream("POST", "/v1/completions", json=body) as resp:
-            chunks = 0
-            async for line in resp.aiter_lines():
-                chunks += line.startswith("data: {")
-                if chunks == 50:
-                    # Measured inside the loop: leaving it lets the line iterator be
-                    # finalized, which closes the response and cancels the request.
-                    during = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
-                    slots = (await http.get("/slots")).json()
-                    break
-        await _wait_processing(stack, busy=False)
-        after = metric_samples((await http.get("/metrics")).text)["llamacpp:tokens_predicted_total"]
-    busy = [s for s in slots if s["is_processing"]]
-    assert busy and busy[0]["next_token"][0]["n_decoded"] >= 50, slots
-    assert during == before
-    assert after - before >= 50  # counted once the request ended (here: cancelled)

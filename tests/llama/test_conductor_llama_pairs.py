@@ -20,7 +20,7 @@ class Engine:
     """A named engine with its client, as the conductor's upstreams are."""
 
     name: str
-    client: httpx.AsyncClient
+    http: httpx.AsyncClient
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
+from tests.plugins.daemon import wait_control_socket
 from tests.plugins.ports import free_port, stop_process, wait_http
 from tools.build_engines import engine_paths
 
@@ -310,35 +311,43 @@ def start_llama_stack(
             started.append(start_llama_server(build, slots, work, n_parallel=n_parallel, n_ctx=n_ctx,
                                               extra_args=args))
         gpu, cpu = started
-        api_port = free_port()
-        data: dict[str, Any] = {
-            "services": {
-                "gpu": {"port": gpu.port, "dialect": "llamacpp", "handoff": "llamacpp-slots"},
-                "cpu": {"port": cpu.port, "dialect": "llamacpp", "handoff": "llamacpp-slots"},
-                "conductor": {"port": api_port},
-            },
-            "decider": {"policy": "classic"},
-            "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
-            "control": {"group": "nogroup"},
-            "system": {"request_timeout": 60, "shutdown_grace": 5},
-        }
-        _deep_update(data, config or {})
-        config_path = work / "config.yaml"
-        config_path.write_text(yaml.safe_dump(data))
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("SYSHAX_", "NOTIFY_", "WATCHDOG_", "LISTEN_"))}
         env.update({"RUNTIME_DIRECTORY": str(work / "run"), "STATE_DIRECTORY": str(work / "state")})
-        log_path = work / "syshaxd.log"
-        with open(log_path, "wb") as log:
-            daemon = subprocess.Popen(
-                [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
-                stdout=log, stderr=subprocess.STDOUT, env=env,
-            )
-        stack = LlamaStack(gpu, cpu, daemon, f"http://127.0.0.1:{api_port}", work / "run" / "control.sock",
-                           config_path, log_path, work, env)
-        wait_http(f"{stack.url}/health", proc=daemon)
-        _wait_engines_up(stack)
-        return stack
+        config_path, log_path = work / "config.yaml", work / "syshaxd.log"
+        for attempt in range(_BIND_ATTEMPTS):
+            api_port = free_port()
+            data: dict[str, Any] = {
+                "services": {
+                    "gpu": {"port": gpu.port, "dialect": "llamacpp", "handoff": "llamacpp-slots"},
+                    "cpu": {"port": cpu.port, "dialect": "llamacpp", "handoff": "llamacpp-slots"},
+                    "conductor": {"port": api_port},
+                },
+                "decider": {"policy": "classic"},
+                "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
+                "control": {"group": "nogroup"},
+                "system": {"request_timeout": 60, "shutdown_grace": 5},
+            }
+            _deep_update(data, config or {})
+            config_path.write_text(yaml.safe_dump(data))
+            with open(log_path, "wb") as log:
+                daemon = subprocess.Popen(
+                    [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
+                    stdout=log, stderr=subprocess.STDOUT, env=env,
+                )
+            stack = LlamaStack(gpu, cpu, daemon, f"http://127.0.0.1:{api_port}", work / "run" / "control.sock",
+                               config_path, log_path, work, env)
+            try:
+                wait_http(f"{stack.url}/health", proc=daemon)
+                _wait_engines_up(stack)
+                return stack
+            except (RuntimeError, TimeoutError):
+                # Another process (other tests on this machine) took the port between pick and bind.
+                lost_port = daemon.poll() is not None and "cannot listen on" in stack.log_text()
+                if not lost_port or attempt == _BIND_ATTEMPTS - 1:
+                    raise
+                stop_process(daemon)
+        raise AssertionError("unreachable")
     except BaseException:
         if daemon is not None:
             stop_process(daemon)
@@ -348,6 +357,9 @@ def start_llama_stack(
 
 
 def _wait_engines_up(stack: LlamaStack, timeout: float = 30.0) -> None:
+    # A plain-socket probe first: httpx leaks its socket when connect() to a missing Unix
+    # socket fails, and the ResourceWarning fails whichever test the GC happens to run in.
+    wait_control_socket(stack.socket_path, stack.daemon, timeout)
     deadline = time.monotonic() + timeout
     states: list[str] = []
     while time.monotonic() < deadline:

@@ -104,15 +104,21 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         env: dict[str, str] | None = None,
         pair: bool = True,
         slot_dir: Path | None = None,
+        engine_ports: tuple[int, int] | None = None,
     ) -> Stack:
         """Start engines (one process for a pair, else one each) and syshaxd.
 
         ``slot_dir`` is the engines' ``--slot-save-path`` (llama.cpp dialect, llamacpp-slots).
+        ``engine_ports``: GPU and CPU engines the test runs itself (e.g. a fake that records
+        what it receives); no simulator is started then.
         """
-        gpu_port, cpu_port, api_port = free_port(), free_port(), free_port()
+        gpu_port, cpu_port = engine_ports or (free_port(), free_port())
+        api_port = free_port()
         sim_log = open(tmp_path / "sim.log", "ab")  # noqa: SIM115 - closed in teardown
         logs.append(sim_log)
-        if pair:
+        if engine_ports is not None:
+            commands: list[list[str]] = []
+        elif pair:
             commands = [["pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
                          "--gpu-profile", gpu_profile, "--cpu-profile", cpu_profile, "--speed", str(speed),
                          "--gpu-dialect", dialect, "--cpu-dialect", dialect]]
@@ -128,8 +134,8 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             procs.append(proc)
             engines.append(proc)
         gpu_url, cpu_url = f"http://127.0.0.1:{gpu_port}", f"http://127.0.0.1:{cpu_port}"
-        wait_http(f"{gpu_url}/health", proc=engines[0])
-        wait_http(f"{cpu_url}/health", proc=engines[-1])
+        wait_http(f"{gpu_url}/health", proc=engines[0] if engines else None)
+        wait_http(f"{cpu_url}/health", proc=engines[-1] if engines else None)
         data: dict[str, Any] = {
             "services": {
                 "gpu": {"port": gpu_port, "handoff": handoff, "dialect": dialect},

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sim.core import EngineCore, SimRequest
 from sim.metrics import DIALECTS, Override, Recorder
 from sim.profile import load_profile
+from tests.shared import shared
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "metrics"
 FILES = {
     "vllm-v1": ["vllm-v1-0.10.0-prodstack-issue617-glm4.5-fragment.prom",
                 "vllm-v1-0.8-prodstack-issue318-qwen2.5-coder-32b-fragment.prom",
@@ -54,7 +52,7 @@ def shape(text: str) -> Shape:
 def fixture_shape(dialect: str) -> Shape:
     merged: Shape = {}
     for name in FILES[dialect]:
-        for family, (kind, labels) in shape((FIXTURES / name).read_text(encoding="utf-8")).items():
+        for family, (kind, labels) in shape(shared("fixtures", "metrics", name).read_text(encoding="utf-8")).items():
             if kind == "unknown" or family.startswith(NOT_SIMULATED):
                 continue
             old_kind, old_labels = merged.get(family, (kind, set()))
@@ -78,7 +76,7 @@ def busy_recorder(dialect: str) -> Recorder:
 def test_fixtures_are_there() -> None:
     for names in FILES.values():
         for name in names:
-            assert (FIXTURES / name).is_file(), name
+            assert shared("fixtures", "metrics", name).is_file()
 
 
 @pytest.mark.parametrize("dialect", DIALECTS)

@@ -10,16 +10,11 @@ import pytest
 from syshaxd.engines import DIALECTS, MetricSet, MetricsParseError, get_dialect
 from syshaxd.engines.llamacpp import parse_slots, read_slots
 from syshaxd.snapshot import EngineMetrics
-
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "metrics"
-if not FIXTURES.is_dir():  # the checkout may live elsewhere than /work/main
-    FIXTURES = Path("/work/shared/fixtures/metrics")
-
-pytestmark = pytest.mark.skipif(not FIXTURES.is_dir(), reason="shared fixtures not present")
+from tests.shared import CHECKOUT, ENV, shared
 
 
 def fixture(name: str) -> str:
-    return (FIXTURES / name).read_text(encoding="utf-8")
+    return shared("fixtures", "metrics", name).read_text(encoding="utf-8")
 
 
 def parse(dialect: str, name: str) -> EngineMetrics:
@@ -43,7 +38,7 @@ TESTED = {
 
 
 def test_every_fixture_file_has_a_parser_test() -> None:
-    present = {p.name for p in FIXTURES.iterdir() if p.suffix in (".prom", ".json")}
+    present = {p.name for p in shared("fixtures", "metrics").iterdir() if p.suffix in (".prom", ".json")}
     assert present <= TESTED, f"untested fixtures: {sorted(present - TESTED)}"
 
 
@@ -212,3 +207,22 @@ def test_every_config_dialect_is_known() -> None:
     from syshaxd.config import Dialect
 
     assert set(get_args(Dialect)) == set(DIALECTS)
+
+
+def test_missing_shared_data_fails_saying_what_where_and_how(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv(ENV, str(tmp_path))
+    (tmp_path / "fixtures").mkdir()
+    assert shared("fixtures") == tmp_path / "fixtures"
+    with pytest.raises(pytest.fail.Exception) as info:
+        shared("fixtures", "metrics")
+    message = str(info.value)
+    assert f"{tmp_path / 'fixtures' / 'metrics'} does not exist" in message
+    assert f"${ENV} is {tmp_path}" in message
+    assert f"set ${ENV} to a copy" in message
+    monkeypatch.delenv(ENV)
+    with pytest.raises(pytest.fail.Exception) as info:
+        shared("no-such-part")
+    assert f"beside the checkout: {CHECKOUT.parent / 'shared'}" in str(info.value)
+    assert shared("fixtures", "metrics") == CHECKOUT.parent / "shared" / "fixtures" / "metrics"
