@@ -27,6 +27,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
+from tests.plugins.configs import deep_update
 from tests.plugins.ports import free_port, stop_processes, wait_http
 
 
@@ -135,13 +136,31 @@ def wait_control_socket(path: Path, proc: subprocess.Popen[bytes], timeout: floa
     raise TimeoutError(f"control socket {path} did not answer within {timeout}s")
 
 
-def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_update(base[key], value)
-        else:
-            base[key] = value
-    return base
+def _write_config(tmp: Path, ports: tuple[int, int, int], policy: str, config: dict[str, Any] | None) -> Path:
+    """The daemon's config file for engines and API on ``ports`` (gpu, cpu, api), with ``config`` on top."""
+    gpu_port, cpu_port, api_port = ports
+    data: dict[str, Any] = {
+        "services": {
+            "gpu": {"port": gpu_port},
+            "cpu": {"port": cpu_port},
+            "conductor": {"port": api_port},
+        },
+        "decider": {"policy": policy},
+        "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
+        "control": {"group": "nogroup"},
+        "system": {"request_timeout": 60, "shutdown_grace": 10},
+    }
+    deep_update(data, config or {})
+    config_path = tmp / "config.yaml"
+    config_path.write_text(yaml.safe_dump(data))
+    return config_path
+
+
+def _daemon_env(tmp: Path) -> dict[str, str]:
+    """This environment without syshax's own variables, with systemd's directories under ``tmp``."""
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith(("SYSHAX_", "NOTIFY_", "WATCHDOG_", "LISTEN_"))}
+    run_env.update({"RUNTIME_DIRECTORY": str(tmp / "run"), "STATE_DIRECTORY": str(tmp / "state")})
+    return run_env
 
 
 @pytest.fixture
@@ -186,22 +205,8 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
         gpu_url, cpu_url = f"http://127.0.0.1:{gpu_port}", f"http://127.0.0.1:{cpu_port}"
         wait_http(f"{gpu_url}/health", proc=engines)
         wait_http(f"{cpu_url}/health", proc=engines)
-        data: dict[str, Any] = {
-            "services": {
-                "gpu": {"port": gpu_port},
-                "cpu": {"port": cpu_port},
-                "conductor": {"port": api_port},
-            },
-            "decider": {"policy": policy},
-            "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
-            "control": {"group": "nogroup"},
-            "system": {"request_timeout": 60, "shutdown_grace": 10},
-        }
-        _deep_update(data, config or {})
-        config_path = tmp / "config.yaml"
-        config_path.write_text(yaml.safe_dump(data))
-        run_env = {k: v for k, v in os.environ.items() if not k.startswith(("SYSHAX_", "NOTIFY_", "WATCHDOG_", "LISTEN_"))}
-        run_env.update({"RUNTIME_DIRECTORY": str(tmp / "run"), "STATE_DIRECTORY": str(tmp / "state")})
+        config_path = _write_config(tmp, (gpu_port, cpu_port, api_port), policy, config)
+        run_env = _daemon_env(tmp)
         sink = None
         if notify:
             sink = NotifySink(tmp / "notify.sock")

@@ -26,6 +26,7 @@ import pytest
 import yaml
 
 from syshaxd.schema import StateModel
+from tests.plugins.configs import deep_update
 from tests.plugins.daemon import wait_control_socket
 from tests.plugins.ports import free_port, stop_process, wait_http
 from tools.build_engines import engine_paths
@@ -277,15 +278,6 @@ class LlamaStack:
 
 
 
-def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_update(base[key], value)
-        else:
-            base[key] = value
-    return base
-
-
 def start_llama_stack(
     build: LlamaBuild,
     work: Path,
@@ -328,7 +320,7 @@ def start_llama_stack(
                 "control": {"group": "nogroup"},
                 "system": {"request_timeout": 60, "shutdown_grace": 5},
             }
-            _deep_update(data, config or {})
+            deep_update(data, config or {})
             config_path.write_text(yaml.safe_dump(data))
             with open(log_path, "wb") as log:
                 daemon = subprocess.Popen(

@@ -16,6 +16,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.plugins.configs import deep_update
 from tests.plugins.ports import free_port, stop_processes, wait_http
 
 
@@ -76,13 +77,32 @@ class Stack:
             httpx.delete(f"{url}/sim/faults", timeout=5).raise_for_status()
 
 
-def _deep_update(base: dict[str, Any], top: dict[str, Any]) -> dict[str, Any]:
-    for key, value in top.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _deep_update(base[key], value)
-        else:
-            base[key] = value
-    return base
+def _sim_commands(ports: tuple[int, int], profiles: tuple[str, str], dialect: str, speed: float, pair: bool,
+                  slot_dir: Path | None) -> list[list[str]]:
+    """``python -m sim`` arguments: one process for a pair, else one per engine."""
+    (gpu_port, cpu_port), (gpu_profile, cpu_profile) = ports, profiles
+    if pair:
+        commands = [["pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
+                     "--gpu-profile", gpu_profile, "--cpu-profile", cpu_profile, "--speed", str(speed),
+                     "--gpu-dialect", dialect, "--cpu-dialect", dialect]]
+    else:
+        commands = [["--profile", gpu_profile, "--port", str(gpu_port), "--dialect", dialect, "--speed", str(speed)],
+                    ["--profile", cpu_profile, "--port", str(cpu_port), "--dialect", dialect, "--speed", str(speed)]]
+    if slot_dir is not None:
+        commands = [[*command, "--slot-save-path", str(slot_dir)] for command in commands]
+    return commands
+
+
+def _write_config(tmp_path: Path, data: dict[str, Any]) -> Path:
+    """The daemon's config: quick scrapes, no startup check, socket and state under ``tmp_path``."""
+    defaults: dict[str, Any] = {
+        "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
+        "control": {"socket": str(tmp_path / "run" / "control.sock"), "state_dir": str(tmp_path / "state")},
+        "system": {"request_timeout": 60, "shutdown_grace": 5},
+    }
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(deep_update(defaults, data)))
+    return config_path
 
 
 @contextmanager
@@ -116,17 +136,8 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         api_port = free_port()
         sim_log = open(tmp_path / "sim.log", "ab")  # noqa: SIM115 - closed in teardown
         logs.append(sim_log)
-        if engine_ports is not None:
-            commands: list[list[str]] = []
-        elif pair:
-            commands = [["pair", "--gpu-port", str(gpu_port), "--cpu-port", str(cpu_port),
-                         "--gpu-profile", gpu_profile, "--cpu-profile", cpu_profile, "--speed", str(speed),
-                         "--gpu-dialect", dialect, "--cpu-dialect", dialect]]
-        else:
-            commands = [["--profile", gpu_profile, "--port", str(gpu_port), "--dialect", dialect, "--speed", str(speed)],
-                        ["--profile", cpu_profile, "--port", str(cpu_port), "--dialect", dialect, "--speed", str(speed)]]
-        if slot_dir is not None:
-            commands = [[*command, "--slot-save-path", str(slot_dir)] for command in commands]
+        commands = [] if engine_ports is not None else _sim_commands(
+            (gpu_port, cpu_port), (gpu_profile, cpu_profile), dialect, speed, pair, slot_dir)
         engines = []
         for command in commands:
             proc = subprocess.Popen([sys.executable, "-m", "sim", *command],
@@ -143,13 +154,8 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
                 "conductor": {"port": api_port, "api_key": api_key},
             },
             "decider": {"policy": policy},
-            "monitor": {"interval": 0.2, "startup_check": False, "scrape_timeout": 1.0},
-            "control": {"socket": str(tmp_path / "run" / "control.sock"), "state_dir": str(tmp_path / "state")},
-            "system": {"request_timeout": 60, "shutdown_grace": 5},
         }
-        _deep_update(data, config or {})
-        config_path = tmp_path / "config.yaml"
-        config_path.write_text(yaml.safe_dump(data))
+        config_path = _write_config(tmp_path, deep_update(data, config or {}))
         log_path = tmp_path / "syshaxd.log"
         daemon_log = open(log_path, "wb")  # noqa: SIM115 - closed in teardown
         logs.append(daemon_log)
