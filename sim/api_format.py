@@ -76,8 +76,9 @@ def full_response(
     completion_tokens: int,
     role: str = "assistant",
     kv_transfer_params: dict[str, Any] | None = None,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
-    """A non-streaming response."""
+    """A non-streaming response (``stop_reason``: the stop string that ended it)."""
     if kind == "chat":
         choice: dict[str, Any] = {
             "index": 0,
@@ -85,12 +86,12 @@ def full_response(
                         "function_call": None, "tool_calls": [], "reasoning_content": None},
             "logprobs": None,
             "finish_reason": finish_reason,
-            "stop_reason": None,
+            "stop_reason": stop_reason,
         }
         return {"id": rid, "object": "chat.completion", "created": created, "model": model, "choices": [choice],
                 "service_tier": None, "system_fingerprint": None, "usage": usage(prompt_tokens, completion_tokens),
                 "prompt_logprobs": None, "kv_transfer_params": kv_transfer_params}
-    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
+    choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": stop_reason,
               "prompt_logprobs": None}
     return {"id": rid, "object": "text_completion", "created": created, "model": model, "choices": [choice],
             "service_tier": None, "system_fingerprint": None, "usage": usage(prompt_tokens, completion_tokens),
@@ -111,6 +112,7 @@ class ChunkWriter:
         self.include_usage = include_usage
         self.continuous_usage = continuous_usage
         self.completion_tokens = 0
+        self.stop_reason: str | None = None  # the stop string that ends the answer (on the last chunk)
 
     def _chunk(self, choices: list[dict[str, Any]], with_usage: bool) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
@@ -136,10 +138,11 @@ class ChunkWriter:
             delta = {"content": text} if text or finish_reason is None else {}
             choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
             if finish_reason is not None:
-                choice["stop_reason"] = None
+                choice["stop_reason"] = self.stop_reason
         else:
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason, "stop_reason": None,
-                      "prompt_token_ids": None, "token_ids": None}
+            stop_reason = self.stop_reason if finish_reason is not None else None
+            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
+                      "stop_reason": stop_reason, "prompt_token_ids": None, "token_ids": None}
         return sse(self._chunk([choice], self.continuous_usage))
 
     def final_usage(self) -> bytes | None:

@@ -3,7 +3,9 @@
 Only what the simulator needs is read; unknown fields are ignored (vLLM logs and drops
 them). Mistakes become :class:`ApiError` with vLLM's messages and status codes.
 Length rules (vLLM's order): ``max_completion_tokens``, else ``max_tokens``, else what is
-left of ``max_model_len``; llama.cpp's ``n_predict`` wins when present.
+left of ``max_model_len``; llama.cpp's ``n_predict`` wins when present. ``stop`` strings
+are read here and honoured by :mod:`sim.stops`. With ``llama`` the rules are
+llama-server's: the ``model`` field is ignored (answers name the served model).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from sim import textgen
+from sim.llama_params import LlamaParams, llama_params
 
 Kind = Literal["chat", "completion"]
 
@@ -51,7 +54,8 @@ class GenSpec:
     kv_transfer_params: dict[str, Any] | None = None
     id_slot: int | None = None
     predict_zero: bool = False  # llama.cpp n_predict/max_tokens 0: one token, but the slot keeps only the prompt
-    extra: dict[str, Any] = field(default_factory=dict)
+    stop: tuple[str, ...] = ()  # stop strings: the answer ends where the first appears, without it
+    llama_params: LlamaParams = field(default_factory=LlamaParams)  # what llama.cpp's /slots shows of the request
 
     @property
     def text_key(self) -> int:
@@ -223,6 +227,33 @@ def _model(body: dict[str, Any], served_model: str, check_model: bool) -> str:
     return model
 
 
+def _json_type(value: object) -> str:
+    """The JSON type name nlohmann::json gives a value (in llama-server's type errors)."""
+    if value is None:
+        return "null"
+    return {bool: "boolean", dict: "object", list: "array"}.get(type(value), "number")
+
+
+def _stops(body: dict[str, Any], llama: bool) -> tuple[str, ...]:
+    """``stop`` as a tuple of strings, refused or ignored as each server does."""
+    stop = body.get("stop")
+    if isinstance(stop, str):
+        stop = [stop]
+    if not isinstance(stop, list):
+        if stop is None or llama:  # llama-server ignores a stop that is neither a string nor a list
+            return ()
+        raise ApiError("stop: Input should be a valid string or a list of strings", param="stop")
+    for item in stop:
+        if not isinstance(item, str):
+            if llama:
+                raise ApiError(f"Field 'stop': [json.exception.type_error.302] type must be string, but is "
+                               f"{_json_type(item)}")
+            raise ApiError("stop: Input should be a valid string", param="stop")
+        if not item and not llama:  # llama-server stops at once on an empty string; vLLM refuses it
+            raise ApiError("stop cannot contain an empty string.", param="stop")
+    return tuple(stop)
+
+
 def _stream_options(body: dict[str, Any], stream: bool, llama: bool) -> tuple[bool, bool]:
     """``(include_usage, continuous_usage_stats)`` from ``stream_options``."""
     options = body.get("stream_options")
@@ -270,7 +301,8 @@ def parse_request(
 
     ``llama``: llama-server's rules (``max_model_len`` is then the slot's context).
     """
-    model = _model(body, served_model, check_model)
+    # llama-server answers with its --alias whatever the request names
+    model = served_model if llama else _model(body, served_model, check_model)
     stream = _bool_field(body, "stream", False)
     include_usage, continuous = _stream_options(body, stream, llama)
     n = _int_field(body, "n", 1)
@@ -304,6 +336,8 @@ def parse_request(
     rid_inf = _str_field(body, "request_id_inference")
     ktp = _kv_transfer_params(body)
     id_slot = _int_field(body, "id_slot")
+    params = llama_params(body, chat=kind == "chat", n_predict=n_predict if n_predict is not None else max_tokens,
+                          stream=stream, ignore_eos=ignore_eos, seed=seed) if llama else LlamaParams()
     return GenSpec(
         kind=kind,
         model=model,
@@ -322,4 +356,6 @@ def parse_request(
         kv_transfer_params=ktp,
         id_slot=id_slot if id_slot is not None and id_slot >= 0 else None,
         predict_zero=predict_zero,
+        stop=_stops(body, llama),
+        llama_params=params,
     )

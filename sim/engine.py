@@ -16,6 +16,7 @@ from sim.api_request import GenSpec
 from sim.core import EngineCore
 from sim.faults import Faults, FaultState
 from sim.handoff import KvStore, SlotCache
+from sim.llama_params import LlamaParams
 from sim.llama_server import ModelFile, layout, model_file
 from sim.metrics import Recorder
 from sim.profile import Profile
@@ -64,8 +65,10 @@ class SimEngine:
         self.stats: dict[str, int] = {}
         self.pins: dict[str, int] = {}  # core request id -> pinned llama.cpp slot
         self.task_ids: dict[str, int] = {}
+        self.params: dict[str, LlamaParams] = {}  # core request id -> what llama.cpp's /slots shows of it
         self._next_task = 0
         self.created = int(time.time())
+        self.last_result = time.monotonic()
 
     @property
     def context_limit(self) -> int:
@@ -89,15 +92,27 @@ class SimEngine:
                 return i
         return min(idle, key=lambda i: self.slots[i].used_at) if idle else None
 
-    def started(self, core_rid: str, slot: int | None) -> int:
+    def started(self, core_rid: str, slot: int | None, params: LlamaParams | None = None) -> int:
         """Remember a request that has started (its slot pin, if any); returns its llama.cpp task id."""
         self._next_task += 1
         self.task_ids[core_rid] = self._next_task
         if slot is not None:
             self.pins[core_rid] = slot
+        if params is not None:
+            self.params[core_rid] = params
         return self._next_task
 
     def done(self, core_rid: str) -> None:
         """Forget a request that has ended (normally or not)."""
         self.pins.pop(core_rid, None)
         self.task_ids.pop(core_rid, None)
+        self.params.pop(core_rid, None)
+
+    def result_posted(self) -> None:
+        """Note that the server answered something: a token of a stream, a whole answer, a scrape, a slot action.
+
+        llama-server's HTTP threads wait on one shared result queue, and a non-streamed
+        request looks at its client only after a full second without any result there
+        (``sim/full_answer.py``).
+        """
+        self.last_result = time.monotonic()

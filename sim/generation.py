@@ -1,4 +1,6 @@
-"""One generation request end to end: handoff lookup, planning, streaming or full answer.
+"""Planning one generation request: handoff lookup, its length and finish, the core request.
+
+The answer itself is :mod:`sim.full_answer` (non-streamed) or :mod:`sim.stream_answer`.
 
 Handoff rules (see ``docs/simulator.md``):
 - ``syshax``: ``num_decode_tokens: K`` stops after K new tokens with ``finish_reason:
@@ -17,23 +19,19 @@ header says ``transferred``, ``local``, ``slot`` or ``recomputed``.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from sim import textgen, timing
-from sim.api_format import SSE_DONE, ChunkWriter, full_response
 from sim.api_request import GenSpec
 from sim.core import SimRequest
 from sim.engine import SimEngine
-from sim.faults import DIE_AFTER_CHUNKS
 from sim.handoff import HANDOFF_HEADER, KvEntry, SlotCache
-from sim.llama_format import LlamaChunkWriter, llama_response
-from sim.llama_server import native_completion, timings
+from sim.llama_server import timings
 from sim.realtime import Handle, TokenEvent
+from sim.stops import StopHit, find_stop
 
 
 @dataclass
@@ -49,6 +47,17 @@ class Plan:
     handoff: str | None  # value of the X-Sim-Handoff header
     slot: int | None = None  # llama.cpp: the slot the request runs in (None: deferred, all busy)
     task: int = 0  # llama.cpp id_task
+    stop: StopHit | None = None  # the stop string that ends the answer, if one does
+
+    def text(self, generated: int, reason: str | None) -> str:
+        """The answer's text after ``generated`` tokens (cut at its stop string when that ended it)."""
+        text = textgen.generate(self.text_key, self.offset, generated)
+        return text[: self.stop.cut] if self.stop is not None and reason == "stop" else text
+
+    @property
+    def stop_word(self) -> str | None:
+        """The stop string that ended the answer (vLLM's ``stop_reason``)."""
+        return self.stop.word if self.stop is not None else None
 
 
 def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
@@ -61,6 +70,19 @@ def _limit(spec: GenSpec, natural: int | None) -> tuple[int, str]:
         options.append((spec.num_decode_tokens, 2, "scheduled"))
     tokens, _, reason = min(options)
     return tokens, reason
+
+
+def _size(engine: SimEngine, spec: GenSpec, key: int, offset: int) -> tuple[int, str, StopHit | None]:
+    """New tokens, finish reason and the stop string that ends the answer (if one does)."""
+    natural = None
+    if not spec.ignore_eos:
+        total = textgen.natural_length(key, engine.profile.output_median_tokens, engine.profile.output_sigma)
+        natural = max(1, total - offset)
+    tokens, reason = _limit(spec, natural)
+    hit = find_stop(key, offset, tokens, spec.stop, first_listed=engine.dialect != "llamacpp")
+    if hit is not None:
+        tokens, reason = hit.tokens, "stop"
+    return tokens, reason, hit
 
 
 def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> Plan:
@@ -105,14 +127,10 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
         engine.stats["handoff_" + handoff] = engine.stats.get("handoff_" + handoff, 0) + 1
     elif handoff == "recomputed":
         engine.stats["handoff_recomputed"] = engine.stats.get("handoff_recomputed", 0) + 1
-    natural = None
-    if not spec.ignore_eos:
-        total = textgen.natural_length(key, engine.profile.output_median_tokens, engine.profile.output_sigma)
-        natural = max(1, total - offset)
     if entry is not None and spec.request_id_inference and offset > spec.offset:
         # no (or a shorter) generated_text: the stored count says how much max_tokens is used up
         spec = replace(spec, max_new=max(1, spec.max_new - (offset - spec.offset)))
-    tokens, reason = _limit(spec, natural)
+    tokens, reason, hit = _size(engine, spec, key, offset)
     if spec.wants_remote_decode:
         reason = "length" if tokens == spec.max_new else reason
     core_rid = uuid.uuid4().hex
@@ -125,10 +143,10 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
         kv_delay=kv_delay,
         hold_kv=spec.wants_remote_decode,
     )
-    return Plan(response_id, base, core_rid, key, offset, sim, handoff, slot)
+    return Plan(response_id, base, core_rid, key, offset, sim, handoff, slot, stop=hit)
 
 
-def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
+def after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
     """Export KV for a later decode; returns the response's kv_transfer_params."""
     kv_tokens = plan.sim.context_tokens + max(0, generated - 1)
     if reason == "scheduled":
@@ -138,8 +156,8 @@ def _after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, 
         # n_predict 0 still samples one token, and the slot keeps exactly the prompt
         kept = 0 if spec.predict_zero else max(0, generated - 1)
         engine.slots[plan.slot] = SlotCache(spec.fingerprint, plan.sim.context_tokens + kept, plan.text_key,
-                                            plan.offset + kept, task=plan.task,
-                                            used_at=time.monotonic())
+                                            plan.offset + kept, task=plan.task, used_at=time.monotonic(),
+                                            params=spec.llama_params)
     if spec.wants_remote_decode and reason != "abort":
         core, rid = engine.live.core, plan.core_rid
         blocks = -(-plan.sim.context_tokens // core.block_size)
@@ -184,40 +202,7 @@ def llama_timings(handle: Handle, generated: int) -> dict[str, Any]:
                    predicted_n=generated, predicted_s=max(0.0, end - first))
 
 
-async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                      disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
-    """Wait for the whole answer; None if the client went away (the request is aborted)."""
-    generated = 0
-    reason: str | None = None
-    gone = disconnected()
-    try:
-        while reason is None:
-            event = await _next_event(handle, gone)
-            if event is None:
-                engine.live.abort(plan.core_rid)
-                return None
-            generated += event.tokens
-            reason = event.finish_reason
-    finally:
-        gone.cancel()
-        engine.done(plan.core_rid)
-    engine.live.forget(plan.core_rid)
-    params = _after_finish(engine, spec, plan, generated, reason)
-    text = textgen.generate(plan.text_key, plan.offset, generated)
-    if native:
-        return native_completion(content=text, model=spec.model, id_slot=plan.slot if plan.slot is not None else -1, prompt_tokens=plan.sim.context_tokens,
-                                 predicted=generated, cached=plan.sim.kv_ready_tokens,
-                                 stop_type="limit" if reason == "length" else "eos",
-                                 timings=llama_timings(handle, generated), stream=False)
-    if engine.dialect == "llamacpp":
-        return llama_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
-                              plan.sim.context_tokens, generated, plan.sim.kv_ready_tokens,
-                              llama_timings(handle, generated), role=spec.role)
-    return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
-                         plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params)
-
-
-async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent | None:
+async def next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent | None:
     """The next event of a request, or None when its client went away first."""
     if not handle.events.empty():
         return handle.events.get_nowait()
@@ -227,94 +212,3 @@ async def _next_event(handle: Handle, gone: asyncio.Future[Any]) -> TokenEvent |
         return getter.result()
     getter.cancel()
     return None
-
-
-async def first_event(engine: SimEngine, plan: Plan, handle: Handle,
-                      disconnected: Callable[[], asyncio.Future[Any]]) -> TokenEvent | None:
-    """Wait for a request's first token (llama-server sends no headers before it).
-
-    None when the client went away first; the request is then aborted.
-    """
-    gone = disconnected()
-    try:
-        event = await _next_event(handle, gone)
-    finally:
-        gone.cancel()
-    if event is None:
-        engine.live.abort(plan.core_rid)
-        engine.done(plan.core_rid)
-    return event
-
-
-async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                        disconnected: Callable[[], asyncio.Future[Any]],
-                        early: TokenEvent | None = None) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed answer; a client that goes away aborts the request.
-
-    ``early`` is a first event already taken from the request's queue (see :func:`first_event`).
-    """
-    writer: ChunkWriter
-    if engine.dialect == "llamacpp":
-        writer = LlamaChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
-                                  plan.sim.context_tokens, spec.include_usage, plan.sim.kv_ready_tokens)
-    else:
-        writer = ChunkWriter(spec.kind, plan.response_id, int(time.time()), spec.model, spec.role,
-                             plan.sim.context_tokens, spec.include_usage, spec.continuous_usage)
-    die = engine.faults.take_mid_stream_death()
-    sent = 0
-    generated = 0
-    finished = False
-
-    async def emit(chunk: bytes) -> AsyncIterator[bytes]:
-        nonlocal sent
-        yield chunk
-        sent += 1
-        if die and sent >= DIE_AFTER_CHUNKS:
-            await asyncio.sleep(0.05)  # let the kernel take the bytes already written
-            os._exit(1)
-
-    gone = disconnected()
-    try:
-        first = True
-        reason: str | None = None
-        while reason is None:
-            event: TokenEvent | None
-            if early is not None:
-                event, early = early, None
-            else:
-                event = await _next_event(handle, gone)
-            if event is None:
-                return
-            tokens, reason = event.tokens, event.finish_reason
-            while reason is None and not handle.events.empty():  # late: merge what is queued
-                more = handle.events.get_nowait()
-                tokens += more.tokens
-                reason = more.finish_reason
-            if first:
-                first = False
-                role = writer.first()
-                if role is not None:
-                    async for chunk in emit(role):
-                        yield chunk
-            text = textgen.generate(plan.text_key, plan.offset + generated, tokens)
-            generated += tokens
-            if reason is not None:
-                finished = True
-                engine.live.forget(plan.core_rid)
-                _after_finish(engine, spec, plan, generated, reason)
-                if isinstance(writer, LlamaChunkWriter):
-                    writer.timings = llama_timings(handle, generated)
-            if tokens or reason is not None:
-                async for chunk in emit(writer.content(text, tokens, reason)):
-                    yield chunk
-        tail = writer.final_usage()
-        if tail is not None:
-            async for chunk in emit(tail):
-                yield chunk
-        async for chunk in emit(SSE_DONE):
-            yield chunk
-    finally:
-        gone.cancel()
-        engine.done(plan.core_rid)
-        if not finished:
-            engine.live.abort(plan.core_rid)

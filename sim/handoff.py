@@ -15,8 +15,10 @@ import os
 import re
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from sim.llama_params import LlamaParams
 
 HANDOFF_HEADER = "X-Sim-Handoff"
 
@@ -83,6 +85,7 @@ class SlotCache:
     generated: int = 0
     task: int = -1  # llama.cpp id_task of the last request (-1: the slot never ran one)
     used_at: float = 0.0  # monotonic time its last request ended (llama.cpp reuses the oldest idle slot)
+    params: LlamaParams = field(default_factory=LlamaParams)  # the last request's params (/slots shows them)
 
 
 class SlotFileError(Exception):

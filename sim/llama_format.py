@@ -63,10 +63,12 @@ class LlamaChunkWriter(ChunkWriter):
                                    "delta": {"role": self.role, "content": None}}])
 
     def content(self, text: str, tokens: int, finish_reason: str | None) -> bytes:
-        """The text chunk; with ``finish_reason`` also the separate last chunk."""
+        """The chunk of one token; with ``finish_reason`` also the separate last chunk."""
         self.completion_tokens += tokens
         out = b""
-        if text:
+        # a completions stream has a chunk for every token, also one whose text is held back
+        # (a stop string may be forming); a chat stream skips empty deltas
+        if text or (tokens and self.kind != "chat"):
             if self.kind == "chat":
                 choice: dict[str, Any] = {"finish_reason": None, "index": 0, "delta": {"content": text}}
             else:

@@ -106,8 +106,8 @@ def models_meta(file: ModelFile, slot_n_ctx: int) -> dict[str, Any]:
 
 def models_json(file: ModelFile, alias: str, slot_n_ctx: int, created: int) -> dict[str, Any]:
     """``GET /v1/models``: one model with ``--alias`` as its id, plus the Ollama-style list."""
-    card = {"id": alias, "object": "model", "created": created, "owned_by": "llamacpp", "aliases": [alias],
-            "meta": models_meta(file, slot_n_ctx)}
+    card = {"id": alias, "aliases": [alias], "tags": [], "object": "model", "created": created,
+            "owned_by": "llamacpp", "meta": models_meta(file, slot_n_ctx)}
     ollama = {"name": alias, "model": alias, "modified_at": "", "size": "", "digest": "", "type": "model",
               "description": "", "tags": [""], "capabilities": ["completion"], "parameters": "",
               "details": {"parent_model": "", "format": "gguf", "family": "", "families": [""],
@@ -141,13 +141,13 @@ def props_json(file: ModelFile, lay: Layout, alias: str) -> dict[str, Any]:
 
 def native_completion(
     *, content: str, model: str, id_slot: int, prompt_tokens: int, predicted: int, cached: int,
-    stop_type: str, timings: dict[str, Any], stream: bool,
+    stop_type: str, timings: dict[str, Any], stream: bool, stopping_word: str = "",
 ) -> dict[str, Any]:
     """The final object of a native ``POST /completion`` (non-streamed, or the last streamed event)."""
     out: dict[str, Any] = {
         "index": 0, "content": content, "tokens": [], "id_slot": id_slot, "stop": True, "model": model,
         "tokens_predicted": predicted, "tokens_evaluated": prompt_tokens, "generation_settings": {},
-        "prompt": "", "has_new_line": False, "truncated": False, "stop_type": stop_type, "stopping_word": "",
+        "prompt": "", "has_new_line": False, "truncated": False, "stop_type": stop_type, "stopping_word": stopping_word,
         "tokens_cached": cached + predicted, "timings": timings,
     }
     if stream:

@@ -3,7 +3,7 @@
 Each step is computed when its start time comes and its results are delivered when its
 end time comes, so a streamed answer arrives token by token at the modelled pace. When
 the host falls behind (a very fast profile, a very high speed) steps run back to back and
-a stream gets several tokens per chunk, as a busy vLLM does.
+their tokens arrive together (a stream still sends one chunk per token).
 """
 
 from __future__ import annotations

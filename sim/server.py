@@ -25,9 +25,11 @@ from sim.api_format import error_body
 from sim.api_request import ApiError, Kind, parse_body, parse_request
 from sim.engine import SimEngine
 from sim.faults import SLOW_METRICS_SECONDS, FaultError, Faults, apply_patch
+from sim.full_answer import full_answer
 from sim.llama_server import models_json, props_json
 from sim.metrics import Override
 from sim.slots import slot_action, slots_json
+from sim.stream_answer import first_event, stream_answer
 
 VERSIONS = {"vllm-v1": "0.10.1.1", "vllm-v0": "0.7.3", "sglang": "0.4.6.post5", "llamacpp": "b1-sim"}
 PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -119,7 +121,7 @@ class _Routes:
             return self.error(exc.message, exc.status, exc.kind, exc.param, exc.extra)
         plan = generation.plan_request(engine, spec, request.headers.get("x-request-id"))
         handle = engine.live.submit(plan.sim)
-        plan.task = engine.started(plan.core_rid, plan.slot)
+        plan.task = engine.started(plan.core_rid, plan.slot, spec.llama_params)
         headers = generation.response_headers(plan)
 
         def disconnected() -> asyncio.Future[Any]:
@@ -135,12 +137,12 @@ class _Routes:
             early = None
             if self.dialect == "llamacpp":
                 # llama-server sends its status and headers with the first token, not before
-                early = await generation.first_event(engine, plan, handle, disconnected)
+                early = await first_event(engine, plan, handle, disconnected)
                 if early is None:
                     return Response(status_code=499)
-            return StreamingResponse(generation.stream_answer(engine, spec, plan, handle, disconnected, early),
+            return StreamingResponse(stream_answer(engine, spec, plan, handle, disconnected, early),
                                      media_type="text/event-stream", headers=headers)
-        answer = await generation.full_answer(engine, spec, plan, handle, disconnected, native=native)
+        answer = await full_answer(engine, spec, plan, handle, disconnected, native=native)
         if answer is None:
             return Response(status_code=499)
         return JSONResponse(answer, headers=headers)
@@ -190,6 +192,7 @@ class _Routes:
         override = Override() if mode == "contradictory" else None
         e = self.engine
         text = e.recorder.render(e.opts.served_model_name, e.live.vnow(), override)
+        e.result_posted()
         return Response(text, media_type=PROM_CONTENT_TYPE)
 
     async def faults_route(self, request: Request) -> Response:
@@ -224,8 +227,11 @@ class _Routes:
 
     async def slots_get(self, request: Request) -> Response:
         """GET /slots (llama.cpp)."""
+        self.engine.result_posted()
         return JSONResponse(slots_json(self.engine))
 
     async def slots_post(self, request: Request) -> Response:
         """POST /slots/{id}?action=save|restore|erase (llama.cpp)."""
-        return await slot_action(self.engine, request)
+        response = await slot_action(self.engine, request)
+        self.engine.result_posted()
+        return response

@@ -20,8 +20,7 @@ from starlette.responses import JSONResponse, Response
 from sim.core import State
 from sim.engine import SimEngine
 from sim.handoff import SlotCache, SlotFileError, restore_slot, save_slot, slot_file
-
-SAMPLERS = ["penalties", "dry", "top_n_sigma", "top_k", "typ_p", "top_p", "min_p", "xtc", "temperature"]
+from sim.llama_params import params_json
 
 
 def _assign(engine: SimEngine) -> dict[int, Any]:
@@ -42,16 +41,6 @@ def _assign(engine: SimEngine) -> dict[int, Any]:
     return by_slot
 
 
-def _params(n_predict: int) -> dict[str, Any]:
-    return {
-        "seed": 4294967295, "temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05,
-        "typical_p": 1.0, "repeat_last_n": 64, "repeat_penalty": 1.0, "presence_penalty": 0.0,
-        "frequency_penalty": 0.0, "max_tokens": n_predict, "n_predict": n_predict, "n_keep": 0,
-        "n_discard": 0, "ignore_eos": False, "stream": True, "n_probs": 0, "min_keep": 0,
-        "chat_format": "Content-only", "samplers": SAMPLERS, "lora": [],
-    }
-
-
 def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
     """The ``GET /slots`` array.
 
@@ -66,15 +55,17 @@ def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
         seq = busy.get(i)
         slot: dict[str, Any] = {"id": i, "n_ctx": n_ctx, "speculative": False, "is_processing": seq is not None}
         if seq is not None:
-            max_new = seq.req.max_new_tokens
+            params = engine.params.get(seq.rid, cache.params)
+            # llama.cpp counts down from n_predict as asked; -1 (no limit) stays -1
+            remain = params.n_predict - seq.generated if params.n_predict >= 0 else -1
             slot.update({
                 "id_task": engine.task_ids.get(seq.rid, -1),
                 "n_prompt_tokens": seq.req.context_tokens,
                 "n_prompt_tokens_processed": seq.prefill_done,
                 "n_prompt_tokens_cache": seq.req.kv_ready_tokens,
-                "params": _params(max_new),
+                "params": params_json(params),
                 "next_token": [{"has_next_token": True, "has_new_line": False,
-                                "n_remain": max_new - seq.generated, "n_decoded": seq.generated}],
+                                "n_remain": remain, "n_decoded": seq.generated}],
             })
         elif cache.task >= 0:
             slot.update({
@@ -82,7 +73,7 @@ def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
                 "n_prompt_tokens": cache.tokens,
                 "n_prompt_tokens_processed": 0,
                 "n_prompt_tokens_cache": cache.tokens,
-                "params": _params(-1),
+                "params": params_json(cache.params),
                 "next_token": [{"has_next_token": False, "has_new_line": False, "n_remain": -1, "n_decoded": 0}],
             })
         out.append(slot)
@@ -107,7 +98,7 @@ async def slot_action(engine: SimEngine, request: Request) -> Response:
     action = request.query_params.get("action")
     if action == "erase":
         old = engine.slots[id_slot]
-        engine.slots[id_slot] = SlotCache(task=old.task, used_at=old.used_at)
+        engine.slots[id_slot] = SlotCache(task=old.task, used_at=old.used_at, params=old.params)
         return JSONResponse({"id_slot": id_slot, "n_erased": old.tokens})
     if action not in ("save", "restore"):
         return _llama_error("Invalid action", 400, "invalid_request_error")
@@ -136,7 +127,7 @@ async def slot_action(engine: SimEngine, request: Request) -> Response:
         await asyncio.sleep(engine.live.wall_delay(seconds))
         old = engine.slots[id_slot]
         # /slots shows what the slot last ran, not what was restored into it
-        engine.slots[id_slot] = replace(cache, task=old.task, used_at=old.used_at)
+        engine.slots[id_slot] = replace(cache, task=old.task, used_at=old.used_at, params=old.params)
         return JSONResponse({"id_slot": id_slot, "filename": path.name, "n_restored": cache.tokens,
                              "n_read": read, "timings": {"restore_ms": round(seconds * 1000, 3)}})
     except SlotFileError as exc:

@@ -8,7 +8,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,8 +25,8 @@ from tests.llama._util import (
     wait_all_idle,
     wait_processing,
 )
-from tests.plugins.llama import LlamaStackFactory
-from tests.plugins.llama_targets import ENGINES, Target, run_on
+from tests.plugins.llama import LlamaFactory, LlamaStackFactory
+from tests.plugins.llama_targets import ENGINES, LLAMA_SERVER, SIM_SPEED, SIMULATOR, Target, run_on
 
 pytestmark = pytest.mark.llama
 
@@ -104,8 +107,7 @@ async def test_slots_shape_idle_and_after_a_request(
     assert used["n_prompt_tokens"] == data["usage"]["total_tokens"] - 1
 
 
-@run_on(*ENGINES, xfail_simulator="sim/slots.py slots_json: a released slot shows params of n_predict -1; "
-                                  "llama-server keeps the last task's params (here n_predict 5)")
+@run_on(*ENGINES)
 async def test_a_released_slot_keeps_its_last_tasks_params(http: httpx.AsyncClient) -> None:
     body = {"prompt": "hello there", "max_tokens": 5, "id_slot": 1, **GREEDY, **NO_EOS}
     assert (await http.post("/v1/completions", json=body)).status_code == 200
@@ -193,31 +195,98 @@ async def test_the_generated_token_counter_moves_only_when_a_request_ends(http: 
     assert after - before >= 50  # counted once the request ended (here: cancelled)
 
 
+@dataclass(frozen=True)
+class _Pair:
+    """syshaxd in front of a GPU-role and a CPU-role server."""
+
+    url: str
+    servers: tuple[str, str]
+    slot_n_ctx: int
+    model: str
+
+
+@pytest.fixture(params=[LLAMA_SERVER, SIMULATOR])
+def served_pair(request: pytest.FixtureRequest, tmp_path: Path) -> _Pair:
+    """Real llama-servers behind syshaxd, or the simulator's llama dialect behind syshaxd."""
+    if request.param == LLAMA_SERVER:
+        stacks: LlamaStackFactory = request.getfixturevalue("llama_stack")
+        real = stacks()
+        return _Pair(real.url, (real.gpu.url, real.cpu.url), real.gpu.n_ctx // real.gpu.n_parallel, "tiny")
+    make_stack: Callable[..., Any] = request.getfixturevalue("make_stack")
+    sim = make_stack(dialect="llamacpp", speed=SIM_SPEED)
+    n_ctx = httpx.get(f"{sim.cpu_url}/props", timeout=10).json()["default_generation_settings"]["n_ctx"]
+    return _Pair(sim.url, (sim.gpu_url, sim.cpu_url), n_ctx, "ds-32b")
+
+
+async def _abandon(url: str, body: dict[str, Any], servers: tuple[str, ...]) -> float:
+    """Tokens the servers generate for a non-streamed request whose client leaves once it runs.
+
+    The /slots polling of ``wait_processing`` goes on until every slot is idle again.
+    """
+    await wait_processing(servers, busy=False)
+    before = await predicted_total(servers)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        request = asyncio.create_task(client.post("/v1/chat/completions", json=body))
+        await wait_processing(servers, busy=True)
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+    await wait_processing(servers, busy=False)
+    return await predicted_total(servers) - before
+
+
 async def test_an_abandoned_non_streamed_request_runs_on_at_the_server_but_not_through_syshaxd(
-    llama_stack: LlamaStackFactory,
+    served_pair: _Pair,
 ) -> None:
     # llama-server checks a non-streaming client's socket only after a full second with
     # no result on its shared result queue; every /slots or /metrics answer (and every
     # token of any other request) resets that wait. So under a monitor polling faster
     # than 1 Hz an abandoned non-streamed request is never cancelled (first half). The
     # conductor therefore streams from llama-server and assembles the answer itself:
-    # through syshaxd the same request stops when its client leaves (second half).
-    stack = llama_stack()
-    servers = (stack.gpu.url, stack.cpu.url)
-    limit = stack.gpu.n_ctx // stack.gpu.n_parallel - 100
-    body = {"model": "tiny", **CHAT, "max_tokens": limit, **NO_EOS}
+    # through syshaxd the same request stops when its client leaves (second half). The
+    # simulator's llama dialect does the same, so sim-backed tests catch a conductor that
+    # goes back to non-streamed requests.
+    pair = served_pair
+    limit = pair.slot_n_ctx - 100
+    body = {"model": pair.model, **CHAT, "max_tokens": limit, **NO_EOS}
+    assert await _abandon(pair.servers[0], body, pair.servers) == limit
+    assert await _abandon(pair.url, body, pair.servers) < limit
 
-    async def abandon(url: str) -> float:
-        await wait_processing(servers, busy=False)
-        before = await predicted_total(servers)
-        async with httpx.AsyncClient(base_url=url, timeout=60) as client:
-            request = asyncio.create_task(client.post("/v1/chat/completions", json=body))
-            await wait_processing(servers, busy=True)
-            request.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await request
-        await wait_processing(servers, busy=False)
-        return await predicted_total(servers) - before
 
-    assert await abandon(stack.gpu.url) == limit
-    assert await abandon(stack.url) < limit
+@pytest.fixture(params=[LLAMA_SERVER, SIMULATOR])
+def one_slot(request: pytest.FixtureRequest) -> Iterator[tuple[str, int]]:
+    """``(url, tokens per slot)`` of an engine with one slot: an answer to its end takes seconds."""
+    if request.param == LLAMA_SERVER:
+        factory: LlamaFactory = request.getfixturevalue("llama_factory")
+        server = factory(n_parallel=1, n_ctx=4096)
+        yield server.url, 4096
+        return
+    from sim.launch import start_engine
+
+    # tiny is trained for 2048 tokens; at speed 5 the whole slot takes about 4 s
+    with start_engine("tiny", dialect="llamacpp", speed=5.0, parallel=1, ctx_size=2048) as (_, engine):
+        yield engine.url, 2048
+
+
+async def test_an_abandoned_non_streamed_request_is_cancelled_only_after_a_quiet_second(
+    one_slot: tuple[str, int],
+) -> None:
+    url, slot_tokens = one_slot
+    servers = (url,)
+    # Polled every 20 ms, an abandoned request runs to its end.
+    body = {**CHAT, "max_tokens": 1000, **NO_EOS}
+    assert await _abandon(url, body, servers) == 1000
+    # Left alone it is still running half a second later; a quiet second after the last
+    # /slots answer it is cancelled, long before the slot's context is full.
+    before = await predicted_total(servers)
+    async with httpx.AsyncClient(base_url=url, timeout=60) as client:
+        request = asyncio.create_task(client.post("/v1/chat/completions", json={**CHAT, **NO_EOS}))
+        await wait_processing(servers, busy=True)
+        request.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await request
+        await asyncio.sleep(0.5)
+        assert (await slots(client))[0]["is_processing"]
+        await asyncio.sleep(1.5)
+        assert not (await slots(client))[0]["is_processing"]
+    assert await predicted_total(servers) - before < slot_tokens - 100

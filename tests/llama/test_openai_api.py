@@ -12,7 +12,7 @@ import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
 from tests.llama._util import GREEDY, NO_EOS, sse_json
-from tests.plugins.llama_targets import ALIAS, ALL, ENGINES, LLAMA_SERVER, SYSHAXD, Target, run_on
+from tests.plugins.llama_targets import ALIAS, ALL, ENGINES, Target, run_on
 
 pytestmark = pytest.mark.llama
 
@@ -36,7 +36,7 @@ async def test_models_lists_one_model_with_the_per_slot_context(target: Target) 
     assert [m["model"] for m in data["models"]] == [ALIAS]  # the Ollama-style list
 
 
-@run_on(*ENGINES, xfail_simulator="sim/llama_server.py models_json: the card has no `tags` list (llama-server: `tags: []`)")
+@run_on(*ENGINES)
 async def test_a_model_card_has_the_servers_keys(target: Target) -> None:
     async with target.http() as http:
         card = (await http.get("/v1/models")).json()["data"][0]
@@ -79,8 +79,7 @@ async def test_completions_ids_are_chatcmpl_too(target: Target) -> None:
     assert resp.usage is not None and resp.usage.completion_tokens == 5
 
 
-@run_on(*ALL, xfail_simulator="sim/generation.py answers with the request's `model` (GenSpec.model) in the llamacpp "
-                          "dialect; llama-server answers with its --alias whatever was asked (served_model_name)")
+@run_on(*ALL)
 async def test_model_field_is_ignored_and_the_server_answers_with_its_alias(target: Target) -> None:
     async with target.openai() as oai:
         resp = await oai.chat.completions.create(
@@ -154,9 +153,8 @@ async def test_completions_stream_always_puts_usage_on_the_finish_chunk(
 
 
 # One event per token is what syshaxd counts as generated tokens of a stream it relays
-# (dispatch.py, `_relay`). Not on the simulator yet: it merges the tokens of steps it ran
-# late into one chunk, as vLLM does, and how late depends on the machine's load.
-@run_on(LLAMA_SERVER, SYSHAXD)
+# (dispatch.py, `_relay`); the simulator sends one chunk per token however late it runs.
+@run_on(*ALL)
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 async def test_a_stream_sends_one_chunk_per_token(target: Target, path: str) -> None:
     body = {"model": "x", "max_tokens": 24, "stream": True, **GREEDY, **NO_EOS,
@@ -169,9 +167,9 @@ async def test_a_stream_sends_one_chunk_per_token(target: Target, path: str) -> 
     assert sum(1 for text in texts if text) == 24
 
 
-# The simulator does not read `stop` (its text is made-up words); syshaxd assembles the
-# non-streamed answer from llama-server's stream, so the cut text must survive that.
-@run_on(LLAMA_SERVER, SYSHAXD)
+# syshaxd assembles the non-streamed answer from llama-server's stream, so the cut text
+# must survive that.
+@run_on(*ALL)
 async def test_stop_string_gives_stop_and_is_cut_from_the_text(target: Target) -> None:
     body = {"model": "x", "prompt": "Once upon a time", "max_tokens": 10, **GREEDY, **NO_EOS}
     async with target.http() as http:
@@ -182,6 +180,23 @@ async def test_stop_string_gives_stop_and_is_cut_from_the_text(target: Target) -
     choice = cut["choices"][0]
     assert choice["finish_reason"] == "stop"
     assert choice["text"] == free[: free.index(stop)]
+
+
+@run_on(*ALL)
+async def test_a_streamed_answer_never_shows_the_stop_string(target: Target) -> None:
+    body = {"model": "x", "prompt": "Once upon a time", "max_tokens": 10, **GREEDY, **NO_EOS}
+    async with target.http() as http:
+        free = (await http.post("/v1/completions", json=body)).json()["choices"][0]["text"]
+        stop = free.strip()[len(free.strip()) // 2 :][:2]
+        raw = (await http.post("/v1/completions", json={**body, "stop": [stop], "stream": True})).text
+    chunks, done = sse_json(raw)
+    assert done
+    *tokens, last = chunks
+    # Text that may begin the stop string is held back, never sent and then taken back.
+    assert "".join(c["choices"][0]["text"] for c in tokens) == free[: free.index(stop)]
+    assert last["choices"][0]["finish_reason"] == "stop"
+    # Still one chunk per token, also for a token whose text was held back.
+    assert len(tokens) == last["usage"]["completion_tokens"]
 
 
 # syshaxd refuses max_tokens 0 itself (tests/integration/test_conductor_api.py).

@@ -12,7 +12,9 @@ import httpx
 import pytest
 
 from sim.launch import LaunchError, start_engine
+from sim.traces import TRACE_DIR_ENV
 from syshaxd.cli import main as syshax
+from tests.shared import shared
 
 
 def sim(*args: str) -> subprocess.CompletedProcess[str]:
@@ -46,7 +48,10 @@ def test_profiles_command_lists_every_profile(capsys: pytest.CaptureFixture[str]
         assert name in out
 
 
-def test_replay_command_prints_a_summary_and_writes_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_replay_command_prints_a_summary_and_writes_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(TRACE_DIR_ENV, str(shared("traces")))
     out = tmp_path / "replay.json"
     code = syshax(["sim", "replay", "--trace", "sharegpt", "--limit", "40", "--rate", "0.5", "--policy", "gpu-only",
                    "--json", str(out)])

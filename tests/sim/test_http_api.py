@@ -97,6 +97,35 @@ def test_max_completion_tokens_wins_over_max_tokens(client: openai.OpenAI) -> No
     assert r.usage is not None and r.usage.completion_tokens == 3
 
 
+def test_a_stop_string_ends_the_answer_and_names_itself_in_stop_reason(client: openai.OpenAI) -> None:
+    body: dict[str, object] = {"ignore_eos": True}
+    free = client.completions.create(model="ds-32b", prompt="Once upon a time", max_tokens=12, seed=5,
+                                     extra_body=body).choices[0].text
+    stop = " " + free.split()[5]
+    cut = free[: free.index(stop)]
+    r = client.completions.create(model="ds-32b", prompt="Once upon a time", max_tokens=12, seed=5,
+                                  stop=["zzz", stop], extra_body=body)
+    choice = r.choices[0]
+    assert choice.finish_reason == "stop" and choice.text == cut
+    assert (choice.model_extra or {})["stop_reason"] == stop
+    # the token that completed the stop string counts
+    assert r.usage is not None and r.usage.completion_tokens == textgen.count_tokens(free[: len(cut) + len(stop)])
+    chunks = list(client.completions.create(model="ds-32b", prompt="Once upon a time", max_tokens=12, seed=5,
+                                            stop=["zzz", stop], stream=True, extra_body=body))
+    assert "".join(c.choices[0].text for c in chunks) == cut
+    assert len(chunks) == r.usage.completion_tokens  # one chunk per token, held-back text or not
+    assert (chunks[-1].choices[0].model_extra or {})["stop_reason"] == stop
+
+
+def test_a_stream_has_one_chunk_per_token_also_when_the_simulator_runs_behind(sim_engine) -> None:  # type: ignore[no-untyped-def]
+    # the null profile's steps take next to no time: tokens come faster than chunks are written
+    engine = sim_engine("null", speed=50.0)
+    body = {"model": "ds-32b", "prompt": "Once upon a time", "max_tokens": 400, "ignore_eos": True, "stream": True}
+    raw = httpx.post(f"{engine.url}/v1/completions", json=body, timeout=30).text
+    chunks = [json.loads(line[len("data: "):]) for line in raw.splitlines() if line.startswith("data: {")]
+    assert [textgen.count_tokens(c["choices"][0]["text"]) for c in chunks] == [1] * 400
+
+
 def test_models_health_version(client: openai.OpenAI, engine: EngineHandle) -> None:
     assert [m.id for m in client.models.list()] == ["ds-32b"]
     assert httpx.get(f"{engine.url}/health").status_code == 200
@@ -118,6 +147,7 @@ def test_unknown_model_is_404_like_vllm(client: openai.OpenAI) -> None:
         ({"model": "ds-32b", "messages": MESSAGES, "max_tokens": 0}, "at least 1"),
         ({"model": "ds-32b", "messages": MESSAGES, "max_tokens": 100000}, "maximum context length"),
         ({"model": "ds-32b", "messages": MESSAGES, "stream_options": {"include_usage": True}}, "stream=True"),
+        ({"model": "ds-32b", "messages": MESSAGES, "stop": ["end", ""]}, "empty string"),
     ],
 )
 def test_bad_input_gets_vllm_error_shape(engine: EngineHandle, payload: dict[str, object], needle: str) -> None:

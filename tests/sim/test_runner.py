@@ -9,9 +9,10 @@ import pytest
 
 from sim.profile import load_profile
 from sim.runner import EngineSpec, RunOptions, run
-from sim.traces import TraceError, TraceRequest, burst, load_trace, synthetic
+from sim.traces import TRACE_DIR_ENV, TraceError, TraceRequest, burst, load_trace, synthetic
 from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Snapshot
+from tests.shared import shared
 
 GPU = EngineSpec("gpu0", "gpu", load_profile("gpu-a100"))
 CPU = EngineSpec("cpu0", "cpu", load_profile("cpu-kunpeng920-q4"))
@@ -130,6 +131,13 @@ def test_device_shares_and_utilisation() -> None:
     assert 0 < s.devices["cpu"].utilisation <= 1 and 0 < s.devices["gpu"].utilisation <= 1
 
 
+@pytest.fixture
+def shared_traces(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Named traces come from the workspace's shared/traces (the test fails clearly when it is missing)."""
+    monkeypatch.setenv(TRACE_DIR_ENV, str(shared("traces")))
+
+
+@pytest.mark.usefixtures("shared_traces")
 def test_azure_trace_keeps_its_arrival_times() -> None:
     work = load_trace("azure-conv", limit=500)
     assert len(work) == 500 and work[0].arrival == 0.0
@@ -141,6 +149,7 @@ def test_azure_trace_keeps_its_arrival_times() -> None:
     assert (len(at_rate) - 1) / at_rate[-1].arrival == pytest.approx(2.0)
 
 
+@pytest.mark.usefixtures("shared_traces")
 @pytest.mark.parametrize("name", ["sharegpt", "arxiv"])
 def test_length_traces_get_seeded_poisson_arrivals(name: str) -> None:
     a = load_trace(name, limit=2000, rate=5.0, seed=1)
