@@ -60,7 +60,8 @@ def slots_json(engine: SimEngine) -> list[dict[str, Any]]:
             remain = params.n_predict - seq.generated if params.n_predict >= 0 else -1
             slot.update({
                 "id_task": engine.task_ids.get(seq.rid, -1),
-                "n_prompt_tokens": seq.req.context_tokens,
+                # as llama-server counts it: the slot's sequence, decoded tokens included
+                "n_prompt_tokens": seq.req.context_tokens + seq.generated,
                 "n_prompt_tokens_processed": seq.prefill_done,
                 "n_prompt_tokens_cache": seq.req.kv_ready_tokens,
                 "params": params_json(params),

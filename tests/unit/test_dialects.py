@@ -164,8 +164,9 @@ def test_llamacpp_2025_06_fragment() -> None:
 
 def test_llamacpp_slots_capture() -> None:
     usage = parse_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
-    # 4 busy slots of n_ctx 1024; each holds its prompt plus what it decoded so far.
-    held = (374 + 339) + (373 + 338) + (386 + 351) + (374 + 339)
+    # 4 busy slots of n_ctx 1024; each holds its prompt plus what it decoded so far, which is
+    # what a busy slot's n_prompt_tokens says (374 = a 35-token prompt + 339 decoded).
+    held = 374 + 373 + 386 + 374
     assert usage == pytest.approx(held / 4096)
 
 
@@ -177,7 +178,7 @@ def test_llamacpp_slots_capture_counts_tokens_decoded_so_far() -> None:
 
 def test_llamacpp_slots_idle_slots_hold_nothing() -> None:
     body = '[{"id":0,"n_ctx":512,"is_processing":false,"n_prompt_tokens":100},' \
-           ' {"id":1,"n_ctx":512,"is_processing":true,"n_prompt_tokens":100,"next_token":[{"n_decoded":28}]}]'
+           ' {"id":1,"n_ctx":512,"is_processing":true,"n_prompt_tokens":128,"next_token":[{"n_decoded":28}]}]'
     assert parse_slots(body) == pytest.approx(128 / 1024)
     assert read_slots(body).decoding_tokens == 28  # the idle slot's last request is counted already
 
