@@ -43,14 +43,15 @@ def test_the_doc_has_a_complete_rehearsal() -> None:
 
 
 @pytest.mark.skipif(not (shutil.which("curl") and shutil.which("jq")), reason="the rehearsal uses curl and jq")
-def test_rehearsal_runs_step_by_step(tmp_path: Path) -> None:
+def test_rehearsal_runs_step_by_step(tmp_path: Path, short_tmp: Path) -> None:
     blocks = rehearsal_blocks(DOC.read_text(encoding="utf-8"))
     parts = ["set -euo pipefail"]
     for n, block in enumerate(blocks, 1):
         parts += [f"echo '=== rehearsal block {n}'", block]
     parts.append("echo '=== rehearsal done'")
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    # The rehearsal's `mktemp -d` holds the control socket: a short $TMPDIR keeps its path
+    # under the 107 bytes a Unix socket allows, wherever pytest puts tmp_path.
+    scratch = short_tmp
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
     env.update(
         PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
