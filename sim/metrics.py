@@ -271,9 +271,15 @@ class Recorder:
         ex.gauge("llamacpp:prompt_tokens_seconds", "Average prompt throughput in tokens/s", [({}, round(prompt_rate, 2))])
         ex.gauge("llamacpp:predicted_tokens_seconds", "Average generation throughput in tokens/s",
                  [({}, round(gen_rate, 4))])
+        # llama-server gives a request a slot the moment one is free (its prompt is then
+        # "processing"); only requests beyond the slots are deferred. The core may hold a
+        # request waiting for its next step while slots are free: that one is processing.
+        holding = core.num_running + core.num_waiting
+        processing = min(core.max_num_seqs, holding)
         ex.gauge("llamacpp:requests_processing", "Number of requests processing",
-                 [({}, o.running if o else core.num_running)])
-        ex.gauge("llamacpp:requests_deferred", "Number of requests deferred", [({}, core.num_waiting)])
+                 [({}, o.running if o else processing)])
+        ex.gauge("llamacpp:requests_deferred", "Number of requests deferred",
+                 [({}, max(0, holding - core.max_num_seqs))])
         ex.gauge("llamacpp:n_busy_slots_per_decode", "Average number of busy slots per llama_decode() call",
                  [({}, round(busy, 4))])
         return ex.text()

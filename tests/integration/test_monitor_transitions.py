@@ -52,7 +52,8 @@ class Fake:
         if request.url.path == "/slots":
             if mode == "no-slots":
                 return httpx.Response(501, json={"error": "slots disabled"})
-            return httpx.Response(200, json=[{"id": 0, "n_ctx": 100, "is_processing": True, "n_prompt_tokens": 30,
+            # a busy slot's n_prompt_tokens holds its prompt and what it decoded (30 + 10)
+            return httpx.Response(200, json=[{"id": 0, "n_ctx": 100, "is_processing": True, "n_prompt_tokens": 40,
                                               "next_token": [{"n_decoded": 10}]}])
         if request.url.path in ("/v1/models", "/health"):
             return httpx.Response(200, json={"data": []})
