@@ -91,7 +91,8 @@ def processes(tmp: Path, router: str | None) -> Iterator[tuple[dict[str, str], d
         pids = {"syshax": daemon.pid}
         if router:
             rproc = start("vllm-router", [router, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls",
-                                          f"http://127.0.0.1:{gpu}", "--policy", "round_robin", "--log-level", "error"])
+                                          f"http://127.0.0.1:{gpu}", "--policy", "round_robin", "--log-level", "error",
+                                          "--prometheus-port", str(free_port())])
             wait_http(f"http://127.0.0.1:{rport}/health", proc=rproc, timeout=60)
             urls["vllm-router"] = f"http://127.0.0.1:{rport}"
             pids["vllm-router"] = rproc.pid
