@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
-from syshaxd.api.app import create_api_app
+from syshaxd.api.app import create_api_server, create_info_app
+from syshaxd.api.server import ApiServer
 
-__all__ = ["create_api_app"]
+__all__ = ["ApiServer", "create_api_server", "create_info_app"]

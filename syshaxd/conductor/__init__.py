@@ -1,14 +1,24 @@
 """The conductor: admission, the flight (a request that owns its books), dispatch, splits, stats.
 
 The service builds a :class:`Conductor` (routing and the books) and a :class:`Dispatcher`
-(answers: pass-through or a prefill/decode split) and hands the dispatcher to the API.
+(answers: pass-through or a prefill/decode split) and hands the dispatcher to the API, which
+gives it a :class:`Reply` per request to write the answer on.
 """
 
 from __future__ import annotations
 
-from syshaxd.conductor.answer import Answer
 from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.dispatch import Dispatcher
 from syshaxd.conductor.flight import Flight
+from syshaxd.conductor.reply import (
+           JSON,
+           Headers,
+           Pausable,
+           Reply,
+           request_id_header,
+           send_error,
+           send_whole,
+)
 
-__all__ = ["Answer", "Conductor", "Dispatcher", "Flight", "Route"]
+__all__ = ["JSON", "Conductor", "Dispatcher", "Flight", "Headers", "Pausable", "Reply", "Route", "request_id_header",
+           "send_error", "send_whole"]

@@ -33,6 +33,12 @@ class AdmissionQueue(Generic[T]):
     def __len__(self) -> int:
         return sum(1 for w in self._waiters if not w.future.done())
 
+    def try_now(self, try_route: Callable[[], T | None]) -> T | None:
+        """Route at once when nobody waits ahead and there is capacity; else None (wait with :meth:`admit`)."""
+        if self._waiters:
+            return None
+        return try_route()
+
     async def admit(self, try_route: Callable[[], T | None], retry_after: int = 1) -> T:
         """Route now if there is capacity and nobody waits ahead, else wait in line.
 

@@ -13,9 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
-
-from syshaxd.engines import engine_events
+from syshaxd.engines import EngineResponse, engine_events
 
 
 def streaming_body(body: bytes) -> bytes:
@@ -131,7 +129,7 @@ class Assembler:
         return out
 
 
-async def assemble(response: httpx.Response, engine: str, chat: bool) -> bytes:
+async def assemble(response: EngineResponse, engine: str, chat: bool) -> bytes:
     """Read an engine's whole stream and return the non-streamed JSON answer.
 
     Raises:

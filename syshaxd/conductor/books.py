@@ -65,6 +65,15 @@ class Books:
         book = self.engines.get(name)
         return book.answered_at if book is not None else None
 
+    def hold(self, name: str) -> None:
+        """Count a pass-through request (no routing, no tokens) against engine ``name``."""
+        self.engines[name].inflight += 1
+
+    def unhold(self, name: str) -> None:
+        """A pass-through request on engine ``name`` is over."""
+        self.engines[name].inflight -= 1
+        self.on_release()
+
     # -- requests open against the books -----------------------------------------------
 
     @property

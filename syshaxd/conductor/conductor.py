@@ -220,11 +220,43 @@ class Conductor:
         other: Device = "cpu" if failed.device == "gpu" else "gpu"
         return self._pick(self.live_snapshot(), other)
 
+    def passthrough_engines(self) -> list[EngineClient]:
+        """Engines to try for a route the conductor does not route itself, best first: the GPU's
+        usable engines, least loaded first, then the CPU's.
+
+        Raises:
+            ApiError: 503 when no engine can take requests.
+        """
+        snap = self.live_snapshot()
+        found = [self._engines[view.name] for device in ("gpu", "cpu")
+                 for view in sorted(snap.usable(device), key=lambda v: (v.inflight, v.name))]
+        if not found:
+            raise ApiError(503, _down_message(snap), type="service_unavailable")
+        return found
+
+    def hold(self, engine: EngineClient) -> object:
+        """Count a pass-through request against ``engine``; returns the token :meth:`unhold` takes."""
+        if not self.accepting:
+            raise ApiError(503, "syshaxd is shutting down", type="service_unavailable")
+        token = object()
+        self.books.hold(engine.name)
+        self.books.opened(token)  # the daemon's drain waits for it
+        return token
+
+    def unhold(self, engine: EngineClient, token: object) -> None:
+        """A pass-through request on ``engine`` is over."""
+        self.books.closed(token)
+        self.books.unhold(engine.name)
+
     # -- a request from start to end -------------------------------------------------
 
-    def new_flight(self, parsed: ParsedRequest, forced_mode: Mode | None = None) -> Flight:
-        """Start accounting for a request: a flight bound to the books."""
-        request_id = uuid.uuid4().hex[:16]
+    def new_flight(self, parsed: ParsedRequest, forced_mode: Mode | None = None,
+                   request_id: str | None = None) -> Flight:
+        """Start accounting for a request: a flight bound to the books.
+
+        ``request_id`` is the client's ``X-Request-ID`` when it sent one; else one is made.
+        """
+        request_id = request_id or uuid.uuid4().hex
         features = RequestFeatures(
             prompt_tokens=parsed.prompt_tokens,
             max_tokens=parsed.max_tokens,
@@ -238,10 +270,24 @@ class Conductor:
         self.books.opened(flight)
         return flight
 
-    async def admit(self, flight: Flight) -> Route:
-        """Wait for a route (429 when the queue is full, 504 after the request timeout)."""
+    def try_admit(self, flight: Flight) -> Route | None:
+        """A route now, when nobody waits ahead and there is capacity; None means :meth:`admit`.
+
+        Raises:
+            ApiError: 503 when stopping or when no engine can take requests.
+        """
         if not self.accepting:
             raise ApiError(503, "syshaxd is shutting down", type="service_unavailable")
+        routed = self.queue.try_now(lambda: self.try_route(flight))
+        if isinstance(routed, ApiError):
+            raise routed
+        return routed
+
+    async def admit(self, flight: Flight) -> Route:
+        """Wait for a route (429 when the queue is full, 504 after the request timeout)."""
+        routed_now = self.try_admit(flight)
+        if routed_now is not None:
+            return routed_now
         stats = self.books.stats
         stats.m_queue.set(len(self.queue))
         try:

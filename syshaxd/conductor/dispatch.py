@@ -4,32 +4,37 @@ The service builds one :class:`Dispatcher` and hands it to the API routes. Per r
 asks the conductor for a flight and a route, then talks only to the flight. Failure rules:
 an engine failing before the client got a byte is resubmitted once to the other device;
 after the first byte the stream ends with an OpenAI-style error event.
+
+The common case costs no task and no trip round the event loop: when the conductor has
+capacity and the engine an idle connection, :meth:`Dispatcher.start` sends the request from
+the caller's own callback and the relay answers from the engine connection's. Everything
+else -- waiting for capacity, a new connection, a failure to recover from, a split -- runs
+as a coroutine the caller awaits.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import AsyncIterator, Sequence
+import logging
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
-import httpx
-
-from syshaxd.conductor.answer import Answer, rejected_answer
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.flight import Flight
+from syshaxd.conductor.relay import BodyRelay, Relay, StreamRelay
+from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
 from syshaxd.conductor.split import Split
-from syshaxd.engines import EngineClient, EngineFailure, EngineRejected, describe_http_error
-from syshaxd.errors import ApiError, engine_error_message, sse_error
+from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
+from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Handoff, Mode
-from syshaxd.sse import DONE, Decoder, NotEventStream
+
+log = logging.getLogger("syshaxd.conductor")
 
 #: Dialects always asked to stream: llama-server stops an abandoned non-streamed request
 #: only after a second without any other traffic, which a monitored server never has.
 STREAM_UPSTREAM = frozenset({"llamacpp"})
-_DONE_EVENT = b"data: " + DONE
 
 
 class Dispatcher:
@@ -38,27 +43,44 @@ class Dispatcher:
     def __init__(self, conductor: Conductor, engines: Sequence[EngineClient], handoff: Handoff) -> None:
         self.conductor = conductor
         self.engines = tuple(engines)
-        self.split = Split(handoff, whole=self.whole, timeout=self._timeout, rejected=rejected_answer)
-        self._closing: set[asyncio.Task[Any]] = set()
+        self.split = Split(handoff, whole=self.whole, timeout=self._timeout)
+        self._tasks: set[asyncio.Task[Any]] = set()
 
     async def startup_checks(self) -> None:
         """The handoff protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
         await self.split.startup_checks([e for e in self.engines if e.device == "gpu"],
                                         [e for e in self.engines if e.device == "cpu"])
 
-    async def serve(self, parsed: ParsedRequest, forced_mode: Mode | None = None) -> Answer:
-        """Admit, route and answer one request. Streams finish their own accounting."""
-        flight = self.conductor.new_flight(parsed, forced_mode)
+    def start(self, parsed: ParsedRequest, reply: Reply, forced_mode: Mode | None = None,
+              request_id: str | None = None) -> Coroutine[Any, Any, None] | None:
+        """Admit, route and answer one request on ``reply``.
+
+        Returns None when the answer is already under way (capacity now, an idle connection,
+        a whole answer): the engine connection's callbacks finish it. Else the coroutine that
+        answers it, for the caller to await.
+
+        Raises:
+            ApiError: refused before anything was sent (the caller renders it).
+        """
+        flight = self.conductor.new_flight(parsed, forced_mode, request_id)
         try:
-            route = await self.conductor.admit(flight)
-            answer = await self._dispatch(flight, route)
-            if answer.stream is None:
-                flight.finish("ok" if answer.status == 200 else "rejected")
-            else:
-                answer.cleanup = lambda: flight.finish("client_disconnect")
-            return answer
+            route = self.conductor.try_admit(flight)
         except ApiError as exc:
-            flight.finish("timeout" if exc.status == 504 else "rejected" if exc.status < 500 else "error")
+            flight.finish(outcome_of(exc))
+            raise
+        if route is not None and (route.decision.mode is Mode.WHOLE or len(route.engines) < 2):
+            if self._start_now(flight, route.engines[0], flight.parsed.raw, {}, reply):
+                return None
+        return self.serve(flight, reply, route)
+
+    async def serve(self, flight: Flight, reply: Reply, route: Route | None = None) -> None:
+        """Answer ``flight`` (waiting for a route first when it has none)."""
+        try:
+            if route is None:
+                route = await self.conductor.admit(flight)
+            await self._dispatch(flight, route, reply)
+        except ApiError as exc:
+            flight.finish(outcome_of(exc))
             raise
         except asyncio.CancelledError:
             flight.finish("client_disconnect")
@@ -67,151 +89,108 @@ class Dispatcher:
             flight.finish("error")
             raise
 
-    async def _dispatch(self, flight: Flight, route: Route) -> Answer:
+    async def _dispatch(self, flight: Flight, route: Route, reply: Reply) -> None:
         if route.decision.mode is Mode.WHOLE or len(route.engines) < 2:
-            return await self.whole(flight, route.engines[0], flight.parsed.raw, {})
+            await self.whole(flight, route.engines[0], flight.parsed.raw, {}, reply)
+            return
         gpu, cpu = route.engines
-        return await self.split.run(flight, gpu, cpu, route.decision, self.close_later)
+        await self.split.run(flight, gpu, cpu, route.decision, reply, self.close_later)
 
     def _timeout(self) -> ApiError:
-        return ApiError(504, f"request exceeded system.request_timeout ({self.conductor.request_timeout:g} s)",
-                        type="timeout")
+        return ApiError(504, self.timeout_message(), type="timeout")
+
+    def timeout_message(self) -> str:
+        """What a client is told when its request ran past ``system.request_timeout``."""
+        return f"request exceeded system.request_timeout ({self.conductor.request_timeout:g} s)"
 
     def close_later(self, coro: Any) -> None:
         """Run a cleanup coroutine without awaiting it (safe inside a cancelled task)."""
+        self._spawn(coro)
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = asyncio.ensure_future(coro)
-        self._closing.add(task)
-        task.add_done_callback(self._closing.discard)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- one engine, bytes passed through --------------------------------------------
 
-    async def whole(
-        self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str],
-        failed: EngineFailure | None = None,
-    ) -> Answer:
+    def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> Relay:
+        kind = StreamRelay if flight.parsed.stream else BodyRelay
+        return kind(flight, up, reply, self.timeout_message())
+
+    @staticmethod
+    def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:
+        return up.request_bytes(b"POST", flight.parsed.path, body, {**headers, "X-Request-Id": flight.request_id})
+
+    def _start_now(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str], reply: Reply) -> bool:
+        """Send on an idle connection from here, when there is one; failures are recovered in a task."""
+        if not flight.parsed.stream and up.spec.dialect in STREAM_UPSTREAM:
+            return False
+        conn = up.pool.take_idle()
+        if conn is None:
+            return False
+        relay = self._relay(flight, up, reply)
+        relay.exchange = up.exchange_on(conn, self._request(flight, up, body, headers), relay)
+        relay.on_early_failure(lambda exc: self._spawn(self._recover(flight, up, reply, exc)))
+        return True
+
+    async def _recover(self, flight: Flight, up: EngineClient, reply: Reply, exc: BaseException) -> None:
+        """The fast path's failure before the client had a byte: the same rules as :meth:`whole`."""
+        try:
+            await self._failed(flight, up, reply, exc, None)
+        except ApiError as error:
+            flight.finish(outcome_of(error))
+            send_error(reply, error, flight.request_id)
+        except Exception:
+            log.exception("recovering request %s failed", flight.request_id)
+            flight.finish("error")
+            send_error(reply, ApiError(500, "internal error in syshaxd (logged)", type="internal_error"))
+
+    async def whole(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str], reply: Reply,
+                    failed: EngineFailure | None = None) -> None:
         """Send the request to one engine; resubmit once to the other device on an early failure."""
         try:
-            if flight.parsed.stream:
-                return await self._streamed(flight, up, body, headers)
-            data = await asyncio.wait_for(self._read_whole(flight, up, body, headers), flight.remaining())
-            flight.first_byte(up)
-            flight.release(up)
-            return Answer(body=data)
-        except EngineFailure as failure:
-            flight.release(up)
+            if not flight.parsed.stream and up.spec.dialect in STREAM_UPSTREAM:
+                await self._assembled(flight, up, body, headers, reply)
+                return
+            relay = self._relay(flight, up, reply)
+            try:
+                relay.exchange = await up.exchange(self._request(flight, up, body, headers), relay)
+            except BaseException:
+                relay.cancel()
+                raise
+            await relay.wait_committed()
+        except (EngineFailure, EngineRejected, asyncio.TimeoutError) as exc:
+            await self._failed(flight, up, reply, exc, failed)
+
+    async def _failed(self, flight: Flight, up: EngineClient, reply: Reply, exc: BaseException,
+                      failed: EngineFailure | None) -> None:
+        flight.release(up)
+        if isinstance(exc, EngineRejected):
+            send_rejected(reply, exc, flight.request_id)
+            flight.finish("rejected")
+            return
+        if isinstance(exc, EngineFailure):
             other = flight.resubmit(up)
             if other is not None:
-                return await self.whole(flight, other, flight.parsed.raw, {}, failed=failure)
-            raise _engine_error(failure, failed) from None
-        except EngineRejected as exc:
-            flight.release(up)
-            return rejected_answer(exc)
-        except asyncio.TimeoutError:
-            flight.release(up)
-            raise self._timeout() from None
+                await self.whole(flight, other, flight.parsed.raw, {}, reply, failed=exc)
+                return
+            raise _engine_error(exc, failed) from None
+        raise self._timeout() from None
 
-    async def _streamed(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> Answer:
-        response = await asyncio.wait_for(up.open_stream(flight.parsed.path, body, headers), flight.remaining())
-        chunks = response.aiter_bytes()
+    async def _assembled(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str],
+                         reply: Reply) -> None:
+        """Asked to stream, answered as one body (see :mod:`syshaxd.conductor.assemble`)."""
+        headers = {**headers, "X-Request-Id": flight.request_id}
+        response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
         try:
-            first = await asyncio.wait_for(_first_chunk(up, chunks), flight.remaining())
-        except BaseException:
-            self.close_later(response.aclose())
-            raise
-        flight.first_byte(up)
-        flight.on_finish(lambda: self.close_later(response.aclose()))
-        return Answer(stream=self._relay(flight, up, response, chunks, first))
-
-    async def _read_whole(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:
-        if up.spec.dialect in STREAM_UPSTREAM:
-            # Asked to stream, answered as one body (see syshaxd.conductor.assemble).
-            response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
-            try:
-                flight.first_byte(up)  # this engine sends its headers with the first token
-                return await assemble(response, up.name, flight.parsed.kind == "chat")
-            finally:
-                self.close_later(response.aclose())  # also on a client disconnect: stops the engine
-        response = await up.open_stream(flight.parsed.path, body, headers)
-        try:
-            data = await response.aread()
-        except httpx.HTTPError as exc:
-            raise EngineFailure(up.name, describe_http_error(exc)) from None
+            flight.first_byte(up)  # this engine sends its headers with the first token
+            data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat"), flight.remaining())
         finally:
-            self.close_later(response.aclose())
-        _check_json_answer(up, data)
-        return data
-
-    async def _relay(
-        self, flight: Flight, up: EngineClient, response: httpx.Response, chunks: AsyncIterator[bytes], first: bytes
-    ) -> AsyncIterator[bytes]:
-        loop = asyncio.get_running_loop()
-
-        def expire() -> None:
-            flight.expired = True
-            self.close_later(response.aclose())
-
-        timer = loop.call_later(flight.remaining(), expire)
-        outcome, events = "error", first.count(b"data:")
-        tail = first[-64:]
-        try:
-            yield first
-            async for chunk in chunks:
-                flight.answering(up)
-                events += chunk.count(b"data:")
-                tail = (tail + chunk)[-64:]
-                yield chunk
-            if _DONE_EVENT in tail:
-                outcome = "ok"
-            else:
-                outcome = "truncated"
-                yield sse_error(f"engine {up.name} ended the stream without [DONE]; the answer is incomplete")
-        except (httpx.HTTPError, httpx.StreamError) as exc:
-            if _DONE_EVENT in tail:
-                # The answer was complete; only the connection's end was lost (engine died
-                # right after [DONE]). Nothing may follow [DONE].
-                outcome = "ok"
-            elif flight.expired:
-                outcome = "timeout"
-                yield sse_error(f"request exceeded system.request_timeout "
-                                f"({self.conductor.request_timeout:g} s)", type="timeout", code="504")
-            else:
-                outcome = "engine_error"
-                yield sse_error(f"engine {up.name} failed mid-stream: {describe_http_error(exc)}"
-                                if isinstance(exc, httpx.HTTPError) else f"engine {up.name} stream closed")
-        except (asyncio.CancelledError, GeneratorExit):
-            outcome = "client_disconnect"
-            raise
-        finally:
-            timer.cancel()
-            self.close_later(response.aclose())  # closing the connection aborts the engine's request
-            flight.finish(outcome, tokens=max(0, events - 2))
-
-
-async def _first_chunk(up: EngineClient, chunks: AsyncIterator[bytes]) -> bytes:
-    """The stream's first bytes, once they are known to be events and not an error event."""
-    try:
-        first = await chunks.__anext__()
-    except StopAsyncIteration:
-        raise EngineFailure(up.name, "engine ended the stream before sending anything") from None
-    except httpx.HTTPError as exc:
-        raise EngineFailure(up.name, describe_http_error(exc)) from None
-    try:
-        events = Decoder(strict=True).feed(first)
-    except NotEventStream:
-        raise EngineFailure(up.name, "engine stream is not Server-Sent Events") from None
-    for event in events:
-        if event.data.startswith(b'{"error"'):
-            raise EngineFailure(up.name, engine_error_message(200, event.data))
-    return first
-
-
-def _check_json_answer(up: EngineClient, data: bytes) -> None:
-    try:
-        parsed = json.loads(data)
-    except (ValueError, UnicodeDecodeError):
-        raise EngineFailure(up.name, "engine answered 200 with a body that is not JSON") from None
-    if not isinstance(parsed, dict) or ("error" in parsed and "choices" not in parsed):
-        raise EngineFailure(up.name, engine_error_message(200, data))
+            response.close()  # also on a client disconnect: stops the engine
+        flight.release(up)
+        send_whole(reply, 200, data, flight.request_id)
+        flight.finish("ok")
 
 
 def _engine_error(failure: EngineFailure, earlier: EngineFailure | None) -> ApiError:

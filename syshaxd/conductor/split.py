@@ -14,7 +14,6 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from syshaxd.conductor.answer import Answer, rejected_answer
 from syshaxd.conductor.chunks import ChunkWriter, Piece
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.handoff import (
@@ -26,12 +25,19 @@ from syshaxd.conductor.handoff import (
     recompute,
     syshax,
 )
+from syshaxd.conductor.reply import (
+    EVENT_STREAM,
+    Reply,
+    request_id_header,
+    send_rejected,
+    send_whole,
+)
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
 from syshaxd.errors import ApiError, engine_error_message, sse_error
 from syshaxd.routing import Decision, Handoff
 
-#: The dispatcher's whole path: ``(flight, engine, body, headers, earlier failure) -> Answer``.
-Whole = Callable[[Flight, EngineClient, bytes, dict[str, str], EngineFailure | None], Awaitable[Answer]]
+#: The dispatcher's whole path: ``(flight, engine, body, headers, reply, earlier failure)``.
+Whole = Callable[[Flight, EngineClient, bytes, dict[str, str], Reply, EngineFailure | None], Awaitable[None]]
 CloseLater = Callable[[Any], None]
 
 MERGING: dict[str, MergingHandoff] = {"recompute": recompute.run, "syshax": syshax.run}
@@ -40,26 +46,25 @@ MERGING: dict[str, MergingHandoff] = {"recompute": recompute.run, "syshax": sysh
 class Split:
     """Runs splits with one handoff protocol, falling back to the dispatcher's whole path."""
 
-    def __init__(self, handoff: Handoff, *, whole: Whole, timeout: Callable[[], ApiError],
-                 rejected: Callable[[EngineRejected], Answer] = rejected_answer) -> None:
+    def __init__(self, handoff: Handoff, *, whole: Whole, timeout: Callable[[], ApiError]) -> None:
         self.handoff = handoff
         self.slots = SlotHandoff() if handoff == "llamacpp-slots" else None
         self._whole = whole
         self._timeout = timeout
-        self._rejected = rejected
 
     async def startup_checks(self, gpus: Sequence[EngineClient], cpus: Sequence[EngineClient]) -> None:
         """The protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
         if self.slots is not None:
             await self.slots.check_pairs(gpus, cpus)
 
-    async def run(self, flight: Flight, gpu: EngineClient, cpu: EngineClient, decision: Decision,
-                  close_later: CloseLater) -> Answer:
+    async def run(self, flight: Flight, gpu: EngineClient, cpu: EngineClient, decision: Decision, reply: Reply,
+                  close_later: CloseLater) -> None:
         """Answer ``flight`` split across ``gpu`` and ``cpu``."""
         ctx = SplitContext(flight=flight, gpu=gpu, cpu=cpu, decision=decision)
         merging = MERGING.get(self.handoff)
         if merging is not None:
-            return await self._merged(ctx, merging(ctx), close_later)
+            await self._merged(ctx, merging(ctx), reply, close_later)
+            return
         prefill = self.slots.prefill if self.slots is not None else kv_transfer.prefill
         try:
             decode: DecodeRequest = await asyncio.wait_for(prefill(ctx), flight.remaining())
@@ -67,18 +72,21 @@ class Split:
             flight.release(gpu)
             # The prefill side failed before the client saw anything: the CPU does it all.
             flight.rerouted(cpu, f"split failed before decoding ({failure}), whole on {cpu.name}")
-            return await self._whole(flight, cpu, flight.parsed.raw, {}, failure)
+            await self._whole(flight, cpu, flight.parsed.raw, {}, reply, failure)
+            return
         except EngineRejected as rejected:
-            return self._rejected(rejected)
+            _rejected(flight, reply, rejected)
+            return
         except asyncio.TimeoutError:
             raise self._timeout() from None
         try:
-            return await self._whole(flight, cpu, decode.body, decode.headers, None)
+            await self._whole(flight, cpu, decode.body, decode.headers, reply, None)
         finally:
             if decode.on_sent is not None:
                 decode.on_sent()
 
-    async def _merged(self, ctx: SplitContext, pieces: AsyncIterator[Piece], close_later: CloseLater) -> Answer:
+    async def _merged(self, ctx: SplitContext, pieces: AsyncIterator[Piece], reply: Reply,
+                      close_later: CloseLater) -> None:
         flight, parsed = ctx.flight, ctx.parsed
         try:
             first = await asyncio.wait_for(pieces.__anext__(), flight.remaining())
@@ -87,33 +95,55 @@ class Split:
             flight.release(ctx.gpu)
             if failure.engine == ctx.cpu.name:
                 flight.release(ctx.cpu)
-                return await self._whole(flight, ctx.gpu, parsed.raw, {}, failure)
-            return await self._whole(flight, ctx.cpu, parsed.raw, {}, failure)
+                await self._whole(flight, ctx.gpu, parsed.raw, {}, reply, failure)
+                return
+            await self._whole(flight, ctx.cpu, parsed.raw, {}, reply, failure)
+            return
         except EngineRejected as rejected:
             close_later(_aclose(pieces))
-            return self._rejected(rejected)
+            _rejected(flight, reply, rejected)
+            return
         except asyncio.TimeoutError:
             close_later(_aclose(pieces))
             raise self._timeout() from None
         writer = ChunkWriter(parsed.kind == "chat", flight.request_id, parsed.model)
         if parsed.stream:
-            return Answer(stream=_merged_stream(flight, writer, first, pieces, close_later))
+            reply.start(200, (*EVENT_STREAM, request_id_header(flight.request_id)))
+            await _merged_stream(flight, writer, first, pieces, reply, close_later)
+            return
         try:
             text, reasoning, finish, prompt, completion = await asyncio.wait_for(
                 _collect(first, pieces), flight.remaining())
         except EngineFailure as failure:
             raise ApiError(502, f"split failed: {failure}", type="upstream_error") from None
         except EngineRejected as rejected:
-            return self._rejected(rejected)
+            _rejected(flight, reply, rejected)
+            return
         except asyncio.TimeoutError:
             raise self._timeout() from None
         finally:
             close_later(_aclose(pieces))
         body = writer.whole(text, reasoning, finish, prompt, completion)
-        return Answer(body=json.dumps(body, ensure_ascii=False).encode())
+        send_whole(reply, 200, json.dumps(body, ensure_ascii=False).encode(), flight.request_id)
+        flight.finish("ok", tokens=completion)
 
 
-async def _merged_stream(
+def _rejected(flight: Flight, reply: Reply, rejected: EngineRejected) -> None:
+    send_rejected(reply, rejected, flight.request_id)
+    flight.finish("rejected")
+
+
+async def _merged_stream(flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece],
+                         reply: Reply, close_later: CloseLater) -> None:
+    async for chunk in _merged_chunks(flight, writer, first, pieces, close_later):
+        if reply.gone:
+            break
+        reply.write(chunk)
+        await reply.drain()
+    reply.end()
+
+
+async def _merged_chunks(
     flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece], close_later: CloseLater
 ) -> AsyncIterator[bytes]:
     outcome = "error"

@@ -15,9 +15,14 @@ from syshaxd.engines.client import (
     EngineClient,
     EngineFailure,
     EngineRejected,
+    EngineResponse,
+    Exchange,
+    describe_error,
     describe_http_error,
     engine_events,
+    json_answer,
 )
+from syshaxd.engines.connection import ConnectionLost, Sink, set_nodelay
 from syshaxd.engines.llamacpp import LLAMACPP
 from syshaxd.engines.plain import OPENAI
 from syshaxd.engines.promtext import MetricSet, MetricsParseError
@@ -41,6 +46,7 @@ def get_dialect(name: str) -> Dialect:
 
 
 __all__ = [
-    "DIALECTS", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "MetricSet", "MetricsParseError",
-    "RateTracker", "SlotsReading", "describe_http_error", "engine_events", "get_dialect",
+    "DIALECTS", "ConnectionLost", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "EngineResponse",
+    "Exchange", "MetricSet", "MetricsParseError", "RateTracker", "Sink", "SlotsReading", "describe_error",
+    "describe_http_error", "engine_events", "get_dialect", "json_answer", "set_nodelay",
 ]  # fmt: skip

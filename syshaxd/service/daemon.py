@@ -18,6 +18,8 @@ import sys
 import time
 from typing import Any
 
+import uvloop
+
 from syshaxd.config import ConfigError, LoadedConfig, RuntimeConfig, engine_specs
 from syshaxd.control import (
     AccessPolicy,
@@ -36,8 +38,6 @@ from syshaxd.service.control_sockets import ControlSockets
 from syshaxd.service.sdnotify import Notifier, listen_fds, watchdog_interval
 from syshaxd.service.servers import (
     BindError,
-    SignalFreeServer,
-    api_server,
     bind_tcp,
     describe,
     wait_started,
@@ -47,9 +47,9 @@ from syshaxd.service.wiring import Parts, build_parts
 
 log = logging.getLogger("syshaxd")
 
-#: uvicorn waits this much longer than the conductor's grace, so the conductor ends
-#: what is left cleanly (an error event) before uvicorn cancels tasks.
-UVICORN_GRACE_MARGIN = 5.0
+#: The API server waits this much longer than the conductor's grace, so the conductor ends
+#: what is left cleanly (an error event) before the connections are cut.
+API_GRACE_MARGIN = 5.0
 #: Seconds between STATUS= refreshes.
 STATUS_INTERVAL = 2.0
 
@@ -63,7 +63,7 @@ def run_daemon(loaded: LoadedConfig) -> int:
     apply_log_level(loaded.config.logging.level)
     daemon = Daemon(loaded)
     try:
-        code = asyncio.run(daemon.run())
+        code: int = uvloop.run(daemon.run())
     except (DaemonError, ControlSocketError, BindError) as exc:
         print(f"syshaxd: {exc}", file=sys.stderr)
         return 1
@@ -130,16 +130,15 @@ class Daemon:
         self.parts = parts = await build_parts(self.config, self.runtime, self.bus)
         self.runtime.on_change(self._on_config_change)
         grace = self.config.system.shutdown_grace
-        api = api_server(parts.api, graceful=grace + UVICORN_GRACE_MARGIN)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.request_stop, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self._reload_on_signal()))
         await parts.start()
         try:
-            servers = {"API": asyncio.create_task(api.serve(sockets=[api_sock]), name="syshax-api"),
-                       "control API": controls.serve()}
-            await wait_started({api: servers["API"], controls.servers[0]: servers["control API"]})
+            await parts.api.start(api_sock)
+            servers = {"control API": controls.serve()}
+            await wait_started({controls.servers[0]: servers["control API"]})
             log.info("syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
                      describe(api_sock), controls.path, len(self.specs), self.runtime.policy_name)
             self.rss_start = current_rss()
@@ -151,7 +150,7 @@ class Daemon:
             failed = [name for name, task in servers.items() if task in done]
             if failed:
                 log.error("the %s server stopped unexpectedly; shutting down", failed[0])
-            await self._shutdown(api, servers["API"], controls, grace)
+            await self._shutdown(controls, grace)
             return 1 if failed else 0
         finally:
             for task in self._tasks:
@@ -174,15 +173,14 @@ class Daemon:
         svc = self.config.services.conductor
         return bind_tcp(svc.host, svc.port)
 
-    async def _shutdown(self, api: SignalFreeServer, api_task: asyncio.Task[None], controls: ControlSockets,
-                        grace: float) -> None:
+    async def _shutdown(self, controls: ControlSockets, grace: float) -> None:
         inflight = sum(self._parts.conductor.inflight().values())
         log.info("stopping: %d requests in flight, up to %.0fs to finish", inflight, grace)
         self.notifier.stopping()
         self.notifier.status(f"stopping: {inflight} requests in flight, up to {grace:.0f}s to finish")
         self.bus.close()  # ends every event stream, so the control server can close
         controls.exit()
-        api.should_exit = True
+        api = asyncio.create_task(self._parts.api.stop(grace + API_GRACE_MARGIN))
         draining = asyncio.create_task(self._parts.drain(grace))
         force = asyncio.create_task(self._force.wait())
         await asyncio.wait([draining, force], return_when=asyncio.FIRST_COMPLETED)
@@ -190,10 +188,11 @@ class Daemon:
         if not draining.done():
             draining.cancel()
             await asyncio.gather(draining, return_exceptions=True)
-            api.force_exit = True  # uvicorn stops waiting for connections
             controls.exit(force=True)
             await self._parts.drain(0)
-        await asyncio.gather(api_task, *controls.tasks, return_exceptions=True)
+            api.cancel()
+            self._parts.api.abort_all()
+        await asyncio.gather(api, *controls.tasks, return_exceptions=True)
         log.info("syshaxd stopped")
 
     # -- signals, reload, status -----------------------------------------------------

@@ -50,22 +50,6 @@ def control_server(app: Any, *, graceful: float = 1.0) -> SignalFreeServer:
     )
 
 
-def api_server(app: Any, *, graceful: float) -> SignalFreeServer:
-    """A server for the OpenAI API; ``graceful`` bounds how long shutdown waits for connections."""
-    return SignalFreeServer(
-        uvicorn.Config(
-            app,
-            log_config=None,
-            access_log=False,
-            timeout_graceful_shutdown=max(1, int(graceful)),
-            # Clients (httpx, the openai client) drop idle connections after 5 s; a server that
-            # closes at the same 5 s races them, and a request sent on a connection the server
-            # is closing is lost before any byte is answered. Outlive the clients instead.
-            timeout_keep_alive=75,
-        )
-    )
-
-
 async def wait_started(servers: dict[SignalFreeServer, asyncio.Task[None]]) -> None:
     """Return once every server listens; raise BindError if one gave up first."""
     while not all(s.started for s in servers):
@@ -82,8 +66,9 @@ def bind_tcp(host: str, port: int, what: str = "services.conductor") -> socket.s
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
         raise BindError(f"cannot resolve {what}.host {host!r}: {exc.strerror}") from None
-    family, _, _, _, address = infos[0]
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    family, _, proto, _, address = infos[0]
+    # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP.
+    sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)

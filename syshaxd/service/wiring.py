@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from fastapi import FastAPI
-
-from syshaxd.api import create_api_app
+from syshaxd.api import ApiServer, create_api_server
 from syshaxd.conductor import Conductor, Dispatcher
 from syshaxd.config import Config, RuntimeConfig, engine_specs
 from syshaxd.control import EventBus
@@ -31,7 +29,7 @@ class Parts:
     conductor: Conductor
     dispatcher: Dispatcher
     vitals: Vitals
-    api: FastAPI
+    api: ApiServer
 
     async def start(self) -> None:
         """Start polling, admitting and measuring (inside the running loop)."""
@@ -66,5 +64,5 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     monitor.answered_at = conductor.answered_at
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
-    api = create_api_app(dispatcher, conductor, list(engines.values()), config)
+    api = create_api_server(dispatcher, conductor, list(engines.values()), config)
     return Parts(engines=engines, monitor=monitor, conductor=conductor, dispatcher=dispatcher, vitals=vitals, api=api)

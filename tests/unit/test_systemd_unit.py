@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from syshaxd.config import System
-from syshaxd.service.daemon import UVICORN_GRACE_MARGIN
+from syshaxd.service.daemon import API_GRACE_MARGIN
 
 UNIT = Path(__file__).resolve().parents[2] / "systemd" / "syshaxd.service"
 SHIPPED_EXEC = "/opt/syshax/bin/syshaxd"
@@ -83,7 +83,7 @@ def test_unit_has_what_the_daemon_relies_on() -> None:
     assert s.get("PrivateUsers", ["no"]) == ["no"]  # would break the SO_PEERCRED checks
     stop = float(s["TimeoutStopSec"][0].removesuffix("s"))
     default_grace = System.model_fields["shutdown_grace"].default
-    assert stop > default_grace + UVICORN_GRACE_MARGIN
+    assert stop > default_grace + API_GRACE_MARGIN
 
 
 def test_sysusers_and_tmpfiles_snippets_name_the_service_user() -> None:
