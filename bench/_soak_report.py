@@ -62,7 +62,7 @@ def report(args: argparse.Namespace, limits: tuple[int, int], procs: int, cold: 
         "health_latency_ms": {"samples": len(lag), "p50": _ms(percentile(lag, 0.5)),
                               "p99": _ms(percentile(lag, 0.99)), "max": _ms(max(lag) if lag else None)},
         "loop_lag_ms": {"p50": _worst(rounds, "p50"), "p99": _worst(rounds, "p99"), "max": _worst(rounds, "max")},
-        "loop_lag_note": "the daemon's own probe (a 100 ms timer, syshax_event_loop_lag_seconds) over the load: the "
+        "loop_lag_note": "the daemon's own probe (a 500 ms timer, syshax_event_loop_lag_seconds) over the load: the "
                          "upper bound of the histogram bucket holding the quantile, worst round; /health latency is "
                          "measured from a separate process and includes the request's own cost",
         "drained": drained, "daemon_tracebacks": tracebacks,

@@ -18,6 +18,8 @@ from sim import textgen
 from sim.llama_params import LlamaParams, llama_params
 
 Kind = Literal["chat", "completion"]
+#: Content part types that carry text (the Responses API's input items use the last two).
+TEXT_PARTS = ("text", "input_text", "output_text")
 
 
 class ApiError(Exception):
@@ -92,7 +94,8 @@ def parse_body(raw: bytes, llama: bool = False) -> dict[str, Any]:
     return body
 
 
-def _int_field(body: dict[str, Any], name: str, minimum: int | None = None) -> int | None:
+def int_field(body: dict[str, Any], name: str, minimum: int | None = None) -> int | None:
+    """An optional integer field (a float that is a whole number passes), at least ``minimum``."""
     value = body.get(name)
     if value is None:
         return None
@@ -106,7 +109,8 @@ def _int_field(body: dict[str, Any], name: str, minimum: int | None = None) -> i
     return int(value)
 
 
-def _bool_field(body: dict[str, Any], name: str, default: bool) -> bool:
+def bool_field(body: dict[str, Any], name: str, default: bool) -> bool:
+    """An optional boolean field (``default`` when absent or null)."""
     value = body.get(name, default)
     if value is None:
         return default
@@ -115,7 +119,8 @@ def _bool_field(body: dict[str, Any], name: str, default: bool) -> bool:
     return value
 
 
-def _str_field(body: dict[str, Any], name: str) -> str | None:
+def str_field(body: dict[str, Any], name: str) -> str | None:
+    """An optional string field."""
     value = body.get(name)
     if value is not None and not isinstance(value, str):
         raise ApiError(f"{name}: Input should be a valid string", param=name)
@@ -130,7 +135,7 @@ def _content_text(content: object, where: str) -> str:
     if isinstance(content, list):
         parts: list[str] = []
         for part in content:
-            if isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str):
+            if isinstance(part, dict) and part.get("type") in TEXT_PARTS and isinstance(part.get("text"), str):
                 parts.append(part["text"])
             elif isinstance(part, str):
                 parts.append(part)
@@ -140,7 +145,8 @@ def _content_text(content: object, where: str) -> str:
     raise ApiError(f"{where}: content must be a string or a list of content parts", param="messages")
 
 
-def _messages(body: dict[str, Any], llama: bool) -> list[tuple[str, str]]:
+def parse_messages(body: dict[str, Any], llama: bool) -> list[tuple[str, str]]:
+    """``messages`` as ``(role, text)`` pairs (text parts joined; other parts refused)."""
     messages = body.get("messages")
     if llama and "messages" not in body:
         raise ApiError("'messages' is required", param="messages")
@@ -217,9 +223,9 @@ def _vllm_limits(max_tokens: int | None, n_predict: int | None, context: int, ma
     return max_new
 
 
-def _model(body: dict[str, Any], served_model: str, check_model: bool) -> str:
+def requested_model(body: dict[str, Any], served_model: str, check_model: bool) -> str:
     """The model a request names (the served one when it names none)."""
-    model = _str_field(body, "model")
+    model = str_field(body, "model")
     if model is None:
         return served_model
     if check_model and model != served_model:
@@ -227,7 +233,7 @@ def _model(body: dict[str, Any], served_model: str, check_model: bool) -> str:
     return model
 
 
-def _json_type(value: object) -> str:
+def json_type(value: object) -> str:
     """The JSON type name nlohmann::json gives a value (in llama-server's type errors)."""
     if value is None:
         return "null"
@@ -247,7 +253,7 @@ def _stops(body: dict[str, Any], llama: bool) -> tuple[str, ...]:
         if not isinstance(item, str):
             if llama:
                 raise ApiError(f"Field 'stop': [json.exception.type_error.302] type must be string, but is "
-                               f"{_json_type(item)}")
+                               f"{json_type(item)}")
             raise ApiError("stop: Input should be a valid string", param="stop")
         if not item and not llama:  # llama-server stops at once on an empty string; vLLM refuses it
             raise ApiError("stop cannot contain an empty string.", param="stop")
@@ -273,9 +279,9 @@ def _chat_prompt(body: dict[str, Any], llama: bool) -> tuple[int, str, str, int]
     With ``continue_final_message`` the final message is the answer so far: the text
     continues from its end, in its role.
     """
-    messages = _messages(body, llama)
-    add_gen = _bool_field(body, "add_generation_prompt", True)
-    cont = _bool_field(body, "continue_final_message", False)
+    messages = parse_messages(body, llama)
+    add_gen = bool_field(body, "add_generation_prompt", True)
+    cont = bool_field(body, "continue_final_message", False)
     if cont and add_gen:
         raise ApiError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
     role = messages[-1][0] if not add_gen and messages else "assistant"
@@ -302,19 +308,19 @@ def parse_request(
     ``llama``: llama-server's rules (``max_model_len`` is then the slot's context).
     """
     # llama-server answers with its --alias whatever the request names
-    model = served_model if llama else _model(body, served_model, check_model)
-    stream = _bool_field(body, "stream", False)
+    model = served_model if llama else requested_model(body, served_model, check_model)
+    stream = bool_field(body, "stream", False)
     include_usage, continuous = _stream_options(body, stream, llama)
-    n = _int_field(body, "n", 1)
+    n = int_field(body, "n", 1)
     if n is not None and n != 1:
         raise ApiError("n: the simulator generates one choice per request (n=1)", param="n")
-    seed = _int_field(body, "seed")
-    max_tokens = _int_field(body, "max_completion_tokens", 1) if kind == "chat" else None
+    seed = int_field(body, "seed")
+    max_tokens = int_field(body, "max_completion_tokens", 1) if kind == "chat" else None
     if max_tokens is None:
-        max_tokens = _int_field(body, "max_tokens", -1 if llama else 1)
-    n_predict = _int_field(body, "n_predict", -1)
-    ignore_eos = _bool_field(body, "ignore_eos", False)
-    generated_text = _str_field(body, "generated_text")
+        max_tokens = int_field(body, "max_tokens", -1 if llama else 1)
+    n_predict = int_field(body, "n_predict", -1)
+    ignore_eos = bool_field(body, "ignore_eos", False)
+    generated_text = str_field(body, "generated_text")
     generated = textgen.count_tokens(generated_text) if generated_text else 0
 
     if kind == "chat":
@@ -332,10 +338,10 @@ def parse_request(
         max_new = _vllm_limits(max_tokens, n_predict, context, max_model_len, offset, generated_text is not None,
                                "messages" if kind == "chat" else "prompt")
 
-    ndt = _int_field(body, "num_decode_tokens", 0)
-    rid_inf = _str_field(body, "request_id_inference")
+    ndt = int_field(body, "num_decode_tokens", 0)
+    rid_inf = str_field(body, "request_id_inference")
     ktp = _kv_transfer_params(body)
-    id_slot = _int_field(body, "id_slot")
+    id_slot = int_field(body, "id_slot")
     params = llama_params(body, chat=kind == "chat", n_predict=n_predict if n_predict is not None else max_tokens,
                           stream=stream, ignore_eos=ignore_eos, seed=seed) if llama else LlamaParams()
     return GenSpec(

@@ -32,9 +32,6 @@ from syshaxd.snapshot import Device, EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
 
-#: Seconds between admission retries when nothing else makes room (a scrape, a config change).
-KICK_INTERVAL = 0.1
-
 
 class SnapshotSource(Protocol):
     """What the conductor needs from the monitor."""
@@ -99,13 +96,8 @@ class Conductor:
         self.books.on_release = self.queue.kick
         self.accepting = True
         self._policies: dict[str, Policy] = {}
-        self._kicker: asyncio.Task[None] | None = None
 
     # -- lifecycle -------------------------------------------------------------------
-
-    async def start(self) -> None:
-        """Start the background task that lets queued requests in as capacity appears."""
-        self._kicker = asyncio.create_task(self._kick_loop(), name="syshax-admission")
 
     async def stop(self, grace: float) -> None:
         """Stop admitting and let in-flight requests finish for up to ``grace`` s.
@@ -119,17 +111,16 @@ class Conductor:
             await asyncio.wait_for(self.books.wait_idle(), grace)
         except asyncio.TimeoutError:
             log.warning("%d requests still running after %.0f s of grace: cutting them", self.books.open_count, grace)
-        if self._kicker:
-            self._kicker.cancel()
 
-    async def _kick_loop(self) -> None:
-        # Scrapes and config changes can create capacity without a request finishing.
-        while True:
-            await asyncio.sleep(KICK_INTERVAL)
-            try:
-                self.queue.kick()
-            except Exception:  # a policy bug must not stop admission for good
-                log.exception("admission kick failed")
+    def kick(self) -> None:
+        """Let waiting requests in if there is room now (a scrape landed, the config changed).
+
+        A request ending makes room through the books without this; nothing polls.
+        """
+        try:
+            self.queue.kick()
+        except Exception:  # a policy bug must not stop admission for good
+            log.exception("admission kick failed")
 
     # -- what the policy sees --------------------------------------------------------
 

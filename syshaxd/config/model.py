@@ -255,6 +255,11 @@ class Monitor(_Strict):
     interval: float = Field(
         default=1.0, ge=0.05, le=3600, description="Seconds between engine scrapes"
     )
+    idle_interval: float = Field(
+        default=5.0, ge=0, le=3600,
+        description="Seconds between scrapes while no request runs or waits and no console watches "
+                    "(0: always monitor.interval)",
+    )
     scrape_timeout: float = Field(
         default=2.0, gt=0, le=600, description="Seconds one scrape may take"
     )

@@ -92,6 +92,7 @@ class EventBus:
 
     def __init__(self) -> None:
         self._subs: list[Subscription] = []
+        self._listened = asyncio.Event()  # set while anyone is subscribed
         self.seq = 0
         self.dropped_total = 0
         self.published_total = 0
@@ -101,6 +102,10 @@ class EventBus:
     def subscriber_count(self) -> int:
         """How many readers are subscribed right now."""
         return len(self._subs)
+
+    async def listened(self) -> None:
+        """Return once someone is subscribed (at once if someone is)."""
+        await self._listened.wait()
 
     def publish(self, event: str, data: BaseModel | dict[str, Any]) -> None:
         """Send ``event`` to every subscriber without waiting; full queues drop their oldest."""
@@ -125,11 +130,13 @@ class EventBus:
             sub._end()
         else:
             self._subs.append(sub)
+            self._listened.set()
         return sub
 
     def close(self) -> None:
         """End every subscription (shutdown): their ``async for`` loops finish."""
         self.closed = True
+        self._listened.set()  # whoever waits for a listener must see the end
         subs, self._subs = self._subs, []
         for sub in subs:
             sub._end()
@@ -137,3 +144,5 @@ class EventBus:
     def _discard(self, sub: Subscription) -> None:
         if sub in self._subs:
             self._subs.remove(sub)
+        if not self._subs:
+            self._listened.clear()

@@ -82,14 +82,16 @@ def publish_config_changes(runtime: RuntimeConfig, bus: EventBus) -> Callable[[]
 
 
 async def publish_states(ctx: ControlContext, stop: asyncio.Event, interval: float = STATE_INTERVAL) -> None:
-    """Publish a ``state`` event every ``interval`` seconds while anyone listens, until ``stop``."""
-    while not stop.is_set():
-        if ctx.bus.subscriber_count:
-            try:
-                ctx.bus.publish("state", ctx.state())
-            except Exception:  # a bad snapshot must not end the stream for good
-                log.exception("building the state for the event stream failed")
+    """Publish a ``state`` event every ``interval`` seconds while anyone listens, until ``stop``.
+
+    With nobody listening it sleeps until someone subscribes (an idle daemon wakes for nothing).
+    """
+    while not stop.is_set() and not ctx.bus.closed:
+        if not ctx.bus.subscriber_count:
+            await ctx.bus.listened()
+            continue
         try:
-            await asyncio.wait_for(stop.wait(), interval)
-        except asyncio.TimeoutError:
-            pass
+            ctx.bus.publish("state", ctx.state())
+        except Exception:  # a bad snapshot must not end the stream for good
+            log.exception("building the state for the event stream failed")
+        await asyncio.sleep(interval)

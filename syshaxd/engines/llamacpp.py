@@ -13,13 +13,17 @@ import math
 from typing import Any
 
 from syshaxd.engines.base import Dialect, SlotsReading, count, fraction, nonneg
-from syshaxd.engines.promtext import MetricSet, MetricsParseError
+from syshaxd.engines.promtext import MetricSet, MetricsParseError, wanted_samples
 from syshaxd.snapshot import EngineMetrics, HistogramData
+
+_WANTED = wanted_samples(("llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total",
+                          "llamacpp:kv_cache_usage_ratio", "llamacpp:requests_processing",
+                          "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total"))
 
 
 def parse(text: str) -> EngineMetrics:
     """Read llama-server's /metrics text into the common record."""
-    m = MetricSet.parse(text)
+    m = MetricSet.parse(text, _WANTED)
     generated = nonneg(m.total("llamacpp:tokens_predicted_total"))
     decode_seconds = nonneg(m.total("llamacpp:tokens_predicted_seconds_total"))
     hists: tuple[tuple[str, HistogramData], ...] = ()

@@ -8,7 +8,7 @@ pipeline rank of one scheduler reports the same requests, so those labels are co
 from __future__ import annotations
 
 from syshaxd.engines.base import Dialect, count, fraction, nonneg
-from syshaxd.engines.promtext import MetricSet, histograms
+from syshaxd.engines.promtext import MetricSet, histograms, wanted_samples
 from syshaxd.snapshot import EngineMetrics
 
 RANK_LABELS = ("tp_rank", "pp_rank")
@@ -20,9 +20,16 @@ _HISTOGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+_WANTED = wanted_samples(
+    ("sglang:token_usage", "sglang:num_running_reqs", "sglang:num_queue_reqs", "sglang:prompt_tokens_total",
+     "sglang:generation_tokens_total", "sglang:num_requests_total", "sglang:gen_throughput"),
+    [name for _, names in _HISTOGRAMS for name in names],
+)
+
+
 def parse(text: str) -> EngineMetrics:
     """Read SGLang's /metrics text into the common record."""
-    m = MetricSet.parse(text)
+    m = MetricSet.parse(text, _WANTED)
     c = RANK_LABELS
     return EngineMetrics(
         kv_cache_usage=fraction(m.mean("sglang:token_usage", c)),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from syshaxd.engines.base import Dialect, count, fraction, nonneg
-from syshaxd.engines.promtext import MetricSet, histograms
+from syshaxd.engines.promtext import MetricSet, histograms, wanted_samples
 from syshaxd.snapshot import EngineMetrics
 
 _HISTOGRAMS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -33,9 +33,19 @@ def _common(m: MetricSet) -> EngineMetrics:
     )
 
 
+_COMMON = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_preemptions_total",
+           "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:request_success_total",
+           "vllm:num_requests_swapped")
+_HISTOGRAM_NAMES = tuple(name for _, names in _HISTOGRAMS for name in names)
+_V0 = wanted_samples((*_COMMON, "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc",
+                      "vllm:avg_prompt_throughput_toks_per_s", "vllm:avg_generation_throughput_toks_per_s"),
+                     _HISTOGRAM_NAMES)
+_V1 = wanted_samples((*_COMMON, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), _HISTOGRAM_NAMES)
+
+
 def parse_v0(text: str) -> EngineMetrics:
     """Read a vLLM V0 engine's /metrics text into the common record."""
-    m = MetricSet.parse(text)
+    m = MetricSet.parse(text, _V0)
     return replace(
         _common(m),
         kv_cache_usage=fraction(m.mean("vllm:gpu_cache_usage_perc")),
@@ -49,7 +59,7 @@ def parse_v0(text: str) -> EngineMetrics:
 
 def parse_v1(text: str) -> EngineMetrics:
     """Read a vLLM V1 engine's /metrics text into the common record."""
-    m = MetricSet.parse(text)
+    m = MetricSet.parse(text, _V1)
     # 0.9-0.11 publish both names; early V1 only the old one.
     kv = m.first_present("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
     return replace(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,10 @@ class _Nvml:
             self._nvml = None
 
 
+#: Seconds between readings of the NUMA topology and each node's free memory.
+TOPOLOGY_EVERY = 10.0
+
+
 class HostSampler:
     """Samples the host each time it is asked; cheap and non-blocking.
 
@@ -199,15 +204,28 @@ class HostSampler:
     """
 
     def __init__(self, node_root: Path = NODE_ROOT, bound_cpus: Callable[[], Iterable[int]] = tuple,
-                 use_nvml: bool = True) -> None:
+                 use_nvml: bool = True, *, topology_every: float = TOPOLOGY_EVERY,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.node_root = node_root
         self.bound_cpus = bound_cpus
         self._nvml = _Nvml() if use_nvml else None
+        self._topology_every = topology_every
+        self._clock = clock
+        self._nodes: tuple[NumaNode, ...] = ()
+        self._nodes_at: float | None = None
         psutil.cpu_percent(percpu=True)
+
+    def _topology(self) -> tuple[NumaNode, ...]:
+        # Nodes, their CPUs and their free memory move slowly; reading a dozen sysfs files per
+        # node at every sample was most of an idle daemon's host sampling.
+        now = self._clock()
+        if self._nodes_at is None or now - self._nodes_at >= self._topology_every:
+            self._nodes, self._nodes_at = read_numa_topology(self.node_root), now
+        return self._nodes
 
     def sample(self) -> HostView:
         """One HostView: per-CPU use indexed by CPU id, NUMA nodes, memory and GPUs."""
-        nodes = read_numa_topology(self.node_root)
+        nodes = self._topology()
         memory = psutil.virtual_memory()
         return HostView(
             cpu_percent=self._per_cpu(nodes),

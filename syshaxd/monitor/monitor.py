@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -141,6 +142,9 @@ class Monitor:
         #: engine name); set by the daemon. An engine answering within the window a DOWN
         #: verdict covers is not marked down for slow scrapes.
         self.answered_at: Callable[[str], float | None] | None = None
+        #: Whether anything is asked of the box (requests, a console watching); set by the
+        #: daemon. While nothing is, engines are scraped every ``monitor.idle_interval`` s.
+        self.busy: Callable[[], bool] | None = None
         self._snapshot = self._build(time.time())
 
     # -- reading ----------------------------------------------------------------------
@@ -207,12 +211,18 @@ class Monitor:
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
+        last = -math.inf
         while True:
             started = loop.time()
-            try:
-                await self.poll_once()
-            except Exception:  # a bug in one round must not end monitoring for good
-                log.exception("monitor round failed")
+            # An idle box is looked at less often: the engines' numbers matter to the next
+            # request, and the first one after an idle spell brings the pace back within a round.
+            pace = max(self.settings.idle_interval, self.settings.interval)
+            if self.busy is None or self.busy() or started - last >= pace:
+                last = started
+                try:
+                    await self.poll_once()
+                except Exception:  # a bug in one round must not end monitoring for good
+                    log.exception("monitor round failed")
             await asyncio.sleep(max(0.0, started + self.settings.interval - loop.time()))
 
     # -- one round --------------------------------------------------------------------

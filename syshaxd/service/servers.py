@@ -17,6 +17,10 @@ class BindError(Exception):
     """A listening socket cannot be created; the message is for the operator."""
 
 
+#: Seconds between the control server's checks whether to stop.
+TICK = 0.5
+
+
 class SignalFreeServer(uvicorn.Server):
     """uvicorn without its own signal handling.
 
@@ -27,6 +31,17 @@ class SignalFreeServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Generator[None, None, None]:
         yield
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop, waking twice a second instead of ten times (an idle daemon costs less).
+
+        ``on_tick`` refreshes the Date header once per ten ticks: every fifth tick here is
+        about the same second.
+        """
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 5) % 864000
+            await asyncio.sleep(TICK)
 
 
 def http_protocol() -> type[asyncio.Protocol]:

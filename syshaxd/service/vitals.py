@@ -35,7 +35,7 @@ LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5
 class LoopLag:
     """How late the event loop fires a periodic timer, over a recent window and as a histogram."""
 
-    def __init__(self, registry: CollectorRegistry, *, interval: float = 0.1, window_s: float = 60.0,
+    def __init__(self, registry: CollectorRegistry, *, interval: float = 0.5, window_s: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.interval = interval
         self.window_s = window_s
@@ -97,7 +97,7 @@ class IdleTrim:
     """Trims memory once after each busy spell, when the conductor has been idle for a while."""
 
     def __init__(self, registry: CollectorRegistry, busy: Callable[[], bool], served: Callable[[], int], *,
-                 idle_s: float = 5.0, poll_s: float = 1.0, clock: Callable[[], float] = time.monotonic) -> None:
+                 idle_s: float = 5.0, poll_s: float = 2.0, clock: Callable[[], float] = time.monotonic) -> None:
         self.busy = busy
         self.served = served  # requests taken so far: catches requests shorter than a poll
         self._last_served = served()

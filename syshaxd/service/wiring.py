@@ -34,7 +34,6 @@ class Parts:
     async def start(self) -> None:
         """Start polling, admitting and measuring (inside the running loop)."""
         await self.monitor.start()
-        await self.conductor.start()
         self.vitals.start()
 
     async def drain(self, grace: float) -> None:
@@ -62,6 +61,10 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     monitor = Monitor(specs, config.monitor, host=host)
     conductor = Conductor(config=config, runtime=runtime, monitor=monitor, engines=engines, bus=bus)
     monitor.answered_at = conductor.answered_at
+    monitor.busy = lambda: conductor.busy() or bus.subscriber_count > 0
+    # Capacity a request's end does not make (a scrape, a config change) lets waiters in at once.
+    monitor.add_listener(lambda _snapshot: conductor.kick())
+    runtime.on_change(lambda _change: conductor.kick())
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
     api = create_api_server(dispatcher, conductor, list(engines.values()), config)
