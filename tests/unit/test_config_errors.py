@@ -67,7 +67,7 @@ CASES: list[tuple[str, str, str]] = [
         "key in the wrong section",
         "monitor:\n  interval: 2\n  policy: classic\n",
         "3: unknown key 'monitor.policy' (did you mean 'decider.policy'?); "
-        "allowed in monitor: interval, scrape_timeout, stale_after, down_after, startup_check",
+        "allowed in monitor: interval, idle_interval, scrape_timeout, stale_after, down_after, startup_check",
     ),
     (
         "section that is not a mapping",
