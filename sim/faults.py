@@ -13,6 +13,11 @@
   number N+1 arrives, counted from when the fault was set.
 - ``die_mid_stream``: the process exits after sending the 3rd chunk of the next streamed
   response.
+- ``truncate_stream`` (0..1, or true/false for 1/0): fraction of streamed chat and
+  completion answers that end cleanly without ``data: [DONE]``: every token chunk (and the
+  usage chunk, when asked) is sent and the HTTP response completes normally, but the
+  last event is a plain chunk. Streams that never send ``[DONE]`` (the Responses API)
+  are not affected.
 - ``metrics``: ``ok`` | ``hang`` (never answers) | ``slow`` (answers after 5 wall
   seconds) | ``garbage`` (200, not Prometheus text) | ``contradictory`` (running = -1,
   KV usage 1.7, valid syntax).
@@ -44,6 +49,7 @@ class Faults:
     added_latency: float = 0.0
     die_after: int | None = None
     die_mid_stream: bool = False
+    truncate_stream: float = 0.0
     metrics: MetricsFault = "ok"
 
     def to_json(self) -> dict[str, Any]:
@@ -55,6 +61,10 @@ def _coerce(key: str, value: object) -> object:
     if key == "error_rate":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
             raise FaultError(f"error_rate must be a number from 0 to 1, got {value!r}")
+        return float(value)
+    if key == "truncate_stream":
+        if not isinstance(value, (int, float)) or not 0.0 <= float(value) <= 1.0:
+            raise FaultError(f"truncate_stream must be a number from 0 to 1 (or true/false), got {value!r}")
         return float(value)
     if key == "error_status":
         if isinstance(value, bool) or not isinstance(value, int) or not 400 <= value <= 599:
@@ -139,6 +149,11 @@ class FaultState:
             return True, False
         error = f.error_rate > 0 and self.rng.random() < f.error_rate
         return False, error
+
+    def take_truncation(self) -> bool:
+        """Whether this stream ends without ``data: [DONE]`` (drawn at ``truncate_stream``)."""
+        rate = self.faults.truncate_stream
+        return rate >= 1.0 or (rate > 0 and self.rng.random() < rate)
 
     def take_mid_stream_death(self) -> bool:
         """Whether this stream is the one that dies after its 3rd chunk."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from sim.api_format import full_response
@@ -64,8 +65,17 @@ async def _collect(engine: SimEngine, handle: Handle, gone: asyncio.Future[Any])
             return generated, event.finish_reason, False
 
 
-async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                      disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
+@dataclass(frozen=True)
+class Finished:
+    """A generation that ran to its end for a client still waiting."""
+
+    generated: int
+    reason: str
+    kv_transfer_params: dict[str, Any] | None
+
+
+async def finished(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                   disconnected: Callable[[], asyncio.Future[Any]]) -> Finished | None:
     """Wait for the whole answer; None if the client went away (the request is then aborted, see above)."""
     gone = disconnected()
     try:
@@ -81,6 +91,16 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
     params = after_finish(engine, spec, plan, generated, reason)
     if left:
         return None  # it ran to its end for nobody
+    return Finished(generated, reason, params)
+
+
+async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                      disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
+    """The whole answer's body in the engine's format; None if the client went away."""
+    done = await finished(engine, spec, plan, handle, disconnected)
+    if done is None:
+        return None
+    generated, reason, params = done.generated, done.reason, done.kv_transfer_params
     text = plan.text(generated, reason)
     if native:
         word = plan.stop_word if reason == "stop" else None

@@ -35,9 +35,15 @@ class _Server(uvicorn.Server):
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on host:port (port 0 = any free port)."""
+    """A listening TCP socket on host:port (port 0 = any free port).
+
+    Created with ``IPPROTO_TCP`` on purpose: asyncio sets ``TCP_NODELAY`` on an accepted
+    connection only when the socket says its protocol is TCP, and accepted sockets take
+    the listener's. With the default protocol 0 a small write (an SSE chunk) could wait
+    for the client's delayed ACK (Nagle).
+    """
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -84,6 +90,13 @@ def _table(engines: list[SimEngine], title: str, final: bool) -> Table:
     return table
 
 
+def make_server(engine: SimEngine, log_level: str = "warning") -> uvicorn.Server:
+    """The uvicorn server of one engine (serve it on a socket from :func:`bind`)."""
+    config = uvicorn.Config(http_app(engine), log_level=log_level, access_log=False, lifespan="off",
+                            timeout_graceful_shutdown=1, timeout_keep_alive=30)
+    return _Server(config)
+
+
 async def serve(engines: list[SimEngine], sockets: list[socket.socket], ready_file: Path | None = None,
                 log_level: str = "warning") -> None:
     """Serve every engine on its socket until a signal arrives or a server fails."""
@@ -92,12 +105,10 @@ async def serve(engines: list[SimEngine], sockets: list[socket.socket], ready_fi
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    servers: list[_Server] = []
+    servers: list[uvicorn.Server] = []
     for engine, sock in zip(engines, sockets, strict=True):
         engine.port = sock.getsockname()[1]
-        config = uvicorn.Config(http_app(engine), log_level=log_level, access_log=False, lifespan="off",
-                                timeout_graceful_shutdown=1, timeout_keep_alive=30)
-        servers.append(_Server(config))
+        servers.append(make_server(engine, log_level))
         engine.live.start()
     tasks = [asyncio.create_task(s.serve(sockets=[sock])) for s, sock in zip(servers, sockets, strict=True)]
     while not all(s.started for s in servers):

@@ -1,10 +1,14 @@
 """The simulated engine's HTTP routes: OpenAI routes, /metrics, health, faults, slots.
 
 One app per listening port, in front of one :class:`~sim.engine.SimEngine`. Routes:
-``POST /v1/chat/completions``, ``POST /v1/completions``, ``GET /v1/models``,
-``GET /health``, ``GET /version``, ``GET /metrics``; llama.cpp dialect also ``GET /slots``,
-``POST /slots/{id}?action=``, ``GET /props`` and the native ``POST /completion``;
-simulator-only ``GET|POST|DELETE /sim/faults`` and ``GET /sim/stats``.
+``POST /v1/chat/completions``, ``POST /v1/completions``, ``POST /v1/responses``,
+``GET /v1/models``, ``GET /health``, ``GET /metrics``, the utility routes of
+:mod:`sim.utility_routes` (tokenize, detokenize; vLLM also embeddings, score, rerank);
+vLLM and SGLang also ``GET /version``; llama.cpp dialect also ``POST /responses``,
+``GET /slots``, ``POST /slots/{id}?action=``, ``GET /props`` and the native
+``POST /completion``; simulator-only ``GET|POST|DELETE /sim/faults`` and
+``GET /sim/stats``. An unknown route is FastAPI's 404 ``{"detail": "Not Found"}`` (vLLM,
+SGLang), llama-server's ``File Not Found`` error (llama.cpp).
 """
 
 from __future__ import annotations
@@ -12,24 +16,32 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from sim import generation
 from sim.api_format import error_body
-from sim.api_request import ApiError, Kind, parse_body, parse_request
+from sim.api_request import ApiError, GenSpec, Kind, parse_body, parse_request
 from sim.engine import SimEngine
 from sim.faults import SLOW_METRICS_SECONDS, FaultError, Faults, apply_patch
 from sim.full_answer import full_answer
+from sim.generation import Plan
 from sim.llama_server import models_json, props_json
 from sim.metrics import Override
+from sim.realtime import Handle
+from sim.responses_answer import full_response, response_events, stream_response
+from sim.responses_request import ResponsesParams, llama_request, vllm_request
 from sim.slots import slot_action, slots_json
 from sim.stream_answer import first_event, stream_answer
+from sim.utility_routes import UtilityRoutes
 
 VERSIONS = {"vllm-v1": "0.10.1.1", "vllm-v0": "0.7.3", "sglang": "0.4.6.post5", "llamacpp": "b1-sim"}
 PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -47,8 +59,9 @@ class _Routes:
     def __init__(self, engine: SimEngine) -> None:
         self.engine = engine
         self.dialect = engine.dialect
-        handlers = {404: self._not_found, 405: self._not_found} if self.dialect == "llamacpp" else {}
-        self.app = Starlette(routes=self._routes(), exception_handlers=handlers)
+        self.utility = UtilityRoutes(engine, self.api_error)
+        not_found = self._not_found if self.dialect == "llamacpp" else self._fastapi_error
+        self.app = Starlette(routes=self._routes(), exception_handlers={404: not_found, 405: not_found})
 
     def _routes(self) -> list[Route]:
         routes = [
@@ -56,13 +69,17 @@ class _Routes:
             Route("/v1/completions", self.completions, methods=["POST"]),
             Route("/v1/models", self.models, methods=["GET"]),
             Route("/health", self.health, methods=["GET"]),
-            Route("/version", self.version, methods=["GET"]),
             Route("/metrics", self.metrics, methods=["GET"]),
             Route("/sim/faults", self.faults_route, methods=["GET", "POST", "DELETE"]),
             Route("/sim/stats", self.sim_stats, methods=["GET"]),
         ]
-        if self.dialect == "llamacpp":
+        if self.dialect != "sglang":
+            routes += [Route("/v1/responses", self.responses, methods=["POST"]), *self.utility.routes()]
+        if self.dialect != "llamacpp":
+            routes.append(Route("/version", self.version, methods=["GET"]))
+        else:
             routes += [
+                Route("/responses", self.responses, methods=["POST"]),
                 Route("/slots", self.slots_get, methods=["GET"]),
                 Route("/slots/{id_slot}", self.slots_post, methods=["POST"]),
                 Route("/props", self.props, methods=["GET"]),
@@ -73,6 +90,15 @@ class _Routes:
     async def _not_found(self, request: Request, exc: Exception) -> Response:
         # llama-server answers unknown routes, and known ones with the wrong method, alike
         return self.error("File Not Found", 404, "not_found_error")
+
+    async def _fastapi_error(self, request: Request, exc: Exception) -> Response:
+        # vLLM and SGLang are FastAPI apps: an unknown route or method is {"detail": ...}
+        assert isinstance(exc, HTTPException)
+        return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+    def api_error(self, exc: ApiError) -> JSONResponse:
+        """A refused request's error response."""
+        return self.error(exc.message, exc.status, exc.kind, exc.param, exc.extra)
 
     def error(self, message: str, status: int = 400, kind: str | None = None, param: str | None = None,
               extra: dict[str, Any] | None = None) -> JSONResponse:
@@ -95,20 +121,47 @@ class _Routes:
         """POST /completion (llama.cpp's own route: ``prompt``, ``n_predict``; answers ``content``)."""
         return await self._generate(request, "completion", native=True)
 
-    async def _generate(self, request: Request, kind: Kind, native: bool = False) -> Response:
-        engine = self.engine
+    async def _faults_first(self, request: Request) -> tuple[bytes, Response | None]:
+        """A generation request's body, and the answer a fault gives instead (None: no fault fired)."""
         raw = await request.body()
-        die, fail = engine.faults.on_generation_request()
+        die, fail = self.engine.faults.on_generation_request()
         if die:
             os._exit(1)
-        f = engine.faults.faults
+        f = self.engine.faults.faults
         if f.added_latency > 0:
             await asyncio.sleep(f.added_latency)
         if fail:
-            return self.error(f"simulated fault: error_rate {f.error_rate}", f.error_status)
+            return raw, self.error(f"simulated fault: error_rate {f.error_rate}", f.error_status)
         if f.garbage_body:
             media = "text/event-stream" if b'"stream":true' in raw.replace(b" ", b"") else "application/json"
-            return Response(GARBAGE, status_code=200, media_type=media)
+            return raw, Response(GARBAGE, status_code=200, media_type=media)
+        return raw, None
+
+    def _start(self, request: Request, spec: GenSpec) -> tuple[Plan, Handle]:
+        """Plan a parsed request and put it on the engine core."""
+        engine = self.engine
+        plan = generation.plan_request(engine, spec, request.headers.get("x-request-id"))
+        handle = engine.live.submit(plan.sim)
+        plan.task = engine.started(plan.core_rid, plan.slot, spec.llama_params)
+        return plan, handle
+
+    @staticmethod
+    def _watcher(request: Request) -> Callable[[], asyncio.Future[Any]]:
+        def disconnected() -> asyncio.Future[Any]:
+            # the body is read, so the next message can only be the client leaving
+            async def watch() -> None:
+                while True:
+                    message = await request.receive()
+                    if message["type"] == "http.disconnect":
+                        return
+            return asyncio.ensure_future(watch())
+        return disconnected
+
+    async def _generate(self, request: Request, kind: Kind, native: bool = False) -> Response:
+        engine = self.engine
+        raw, faulted = await self._faults_first(request)
+        if faulted is not None:
+            return faulted
         try:
             body = parse_body(raw, llama=self.dialect == "llamacpp")
             spec = parse_request(kind, body, served_model=engine.opts.served_model_name,
@@ -118,21 +171,10 @@ class _Routes:
                 raise ApiError("the simulator's /completion does not stream; use /v1/completions", 501,
                                "not_supported_error")
         except ApiError as exc:
-            return self.error(exc.message, exc.status, exc.kind, exc.param, exc.extra)
-        plan = generation.plan_request(engine, spec, request.headers.get("x-request-id"))
-        handle = engine.live.submit(plan.sim)
-        plan.task = engine.started(plan.core_rid, plan.slot, spec.llama_params)
+            return self.api_error(exc)
+        plan, handle = self._start(request, spec)
         headers = generation.response_headers(plan)
-
-        def disconnected() -> asyncio.Future[Any]:
-            # the body is read, so the next message can only be the client leaving
-            async def watch() -> None:
-                while True:
-                    message = await request.receive()
-                    if message["type"] == "http.disconnect":
-                        return
-            return asyncio.ensure_future(watch())
-
+        disconnected = self._watcher(request)
         if spec.stream:
             early = None
             if self.dialect == "llamacpp":
@@ -143,6 +185,41 @@ class _Routes:
             return StreamingResponse(stream_answer(engine, spec, plan, handle, disconnected, early),
                                      media_type="text/event-stream", headers=headers)
         answer = await full_answer(engine, spec, plan, handle, disconnected, native=native)
+        if answer is None:
+            return Response(status_code=499)
+        return JSONResponse(answer, headers=headers)
+
+    async def responses(self, request: Request) -> Response:
+        """POST /v1/responses (llama.cpp also /responses): a chat request answered in the Responses API's shape."""
+        engine = self.engine
+        raw, faulted = await self._faults_first(request)
+        if faulted is not None:
+            return faulted
+        params: ResponsesParams | None = None
+        try:
+            body = parse_body(raw, llama=self.dialect == "llamacpp")
+            if self.dialect == "llamacpp":
+                spec = llama_request(body, served_model=engine.opts.served_model_name, n_ctx=engine.context_limit)
+            else:
+                spec, params = vllm_request(body, served_model=engine.opts.served_model_name,
+                                            max_model_len=engine.context_limit)
+        except ApiError as exc:
+            return self.api_error(exc)
+        created = int(time.time())
+        plan, handle = self._start(request, spec)
+        plan.response_id = params.response_id if params is not None else f"resp_{uuid.uuid4().hex}"
+        headers = generation.response_headers(plan)
+        disconnected = self._watcher(request)
+        if spec.stream:
+            early = None
+            if self.dialect == "llamacpp":
+                early = await first_event(engine, plan, handle, disconnected)
+                if early is None:
+                    return Response(status_code=499)
+            events = response_events(spec, plan, params, created)
+            return StreamingResponse(stream_response(engine, spec, plan, handle, disconnected, events, early),
+                                     media_type="text/event-stream", headers=headers)
+        answer = await full_response(engine, spec, plan, handle, disconnected, params, created)
         if answer is None:
             return Response(status_code=499)
         return JSONResponse(answer, headers=headers)

@@ -88,10 +88,10 @@ class _Chunks:
         self.generated += event.tokens
         return out
 
-    def tail(self) -> list[bytes]:
-        """What follows the last token: the usage chunk when asked for, then ``[DONE]``."""
+    def tail(self, done: bool = True) -> list[bytes]:
+        """What follows the last token: the usage chunk when asked for, then ``[DONE]`` (unless ``done`` is false)."""
         usage = self.writer.final_usage()
-        return [usage, SSE_DONE] if usage is not None else [SSE_DONE]
+        return [c for c in (usage, SSE_DONE if done else None) if c is not None]
 
 
 async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
@@ -103,6 +103,7 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
     """
     chunks = _Chunks(engine, spec, plan, handle)
     die = engine.faults.take_mid_stream_death()
+    done = not engine.faults.take_truncation()
     sent = 0
     gone = disconnected()
     try:
@@ -116,7 +117,7 @@ async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Ha
             while not chunks.finished and not handle.events.empty():
                 batch += chunks.of(handle.events.get_nowait())  # late: what is queued goes in the same write
             if chunks.finished:
-                batch += chunks.tail()
+                batch += chunks.tail(done)
             if not die:
                 yield b"".join(batch)
                 continue

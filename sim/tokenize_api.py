@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.api_request import ApiError, bool_field, json_type, parse_messages, requested_model, str_field
+from sim.api_request import (
+    ApiError,
+    bool_field,
+    json_type,
+    parse_messages,
+    requested_model,
+    str_field,
+)
 from sim.tokenizer import VLLM_VOCAB, Vocab, decode, encode, encode_chat
 
 
@@ -60,6 +67,8 @@ def _type_error(expected: str, value: object) -> ApiError:
 def llama_tokenize(body: dict[str, Any], vocab: Vocab) -> dict[str, Any]:
     """llama-server's ``/tokenize``: ``content`` (a string, or a list of strings and ids) into ids."""
     content = body.get("content", "")
+    if not isinstance(content, (str, list)):
+        raise _type_error("string", content)
     items = content if isinstance(content, list) else [content]
     tokens: list[tuple[int, str]] = []
     if body.get("add_special") is True and vocab.bos is not None:

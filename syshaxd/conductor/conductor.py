@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -247,7 +247,7 @@ class Conductor:
 
         ``request_id`` is the client's ``X-Request-ID`` when it sent one; else one is made.
         """
-        request_id = request_id or uuid.uuid4().hex
+        request_id = request_id or os.urandom(16).hex()
         features = RequestFeatures(
             prompt_tokens=parsed.prompt_tokens,
             max_tokens=parsed.max_tokens,
@@ -317,7 +317,7 @@ class Conductor:
 
     def recent_decisions(self) -> list[DecisionModel]:
         """The most recent routing decisions, oldest first."""
-        return list(self.books.stats.decisions)
+        return list(self.books.stats.decisions.values())
 
     def stats_model(self, loop_lag: tuple[float | None, float | None] = (None, None)) -> ConductorStatsModel:
         """The conductor's counters for the control API (``loop_lag``: the daemon's p99 and max)."""

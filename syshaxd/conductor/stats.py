@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from collections import Counter, deque
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Gauge, Histogram, generate_latest
 from prometheus_client import Counter as PromCounter
@@ -29,7 +30,9 @@ class Stats:
 
     window_s: float = 60.0
     registry: CollectorRegistry = field(default_factory=CollectorRegistry)
-    decisions: deque[DecisionModel] = field(default_factory=lambda: deque(maxlen=200))
+    #: The most recent decisions by request id, oldest first (at most ``keep_decisions``).
+    decisions: OrderedDict[str, DecisionModel] = field(default_factory=OrderedDict)
+    keep_decisions: int = 200
     ttfts: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=4096))
     finishes: deque[float] = field(default_factory=lambda: deque(maxlen=8192))
     by_route: Counter[str] = field(default_factory=Counter)
@@ -64,14 +67,26 @@ class Stats:
             "syshax_engine_state", "1 for the engine's current state", ["engine", "state"], registry=r
         )
 
+        # A labelled series looked up once, then kept: labels() costs more than the increment.
+        self._series: dict[tuple[object, ...], Any] = {}
+
+    def _series_of(self, metric: Any, *labels: str) -> Any:
+        key = (metric, *labels)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = metric.labels(*labels)
+        return series
+
     def record_decision(self, decision: DecisionModel) -> None:
         """Remember a routing decision."""
         self.requests_total += 1
-        self.decisions.append(decision)
+        self.decisions[decision.request_id] = decision
+        if len(self.decisions) > self.keep_decisions:
+            self.decisions.popitem(last=False)
         key = reason_key(decision.reason)
         self.by_reason[key] += 1
         self.by_route[f"{decision.device or 'none'}/{decision.mode}"] += 1
-        self.m_decisions.labels(decision.policy, decision.device or "none", decision.mode, key).inc()
+        self._series_of(self.m_decisions, decision.policy, decision.device or "none", decision.mode, key).inc()
 
     def record_finish(
         self,
@@ -85,21 +100,19 @@ class Stats:
         now = time.time() if now is None else now
         device, mode = decision.device or "none", decision.mode
         self.by_outcome[outcome] += 1
-        self.m_requests.labels(device, mode, outcome).inc()
+        self._series_of(self.m_requests, device, mode, outcome).inc()
         self.finishes.append(now)
         if ttft is not None:
             self.ttfts.append((now, ttft))
-            self.m_ttft.labels(device, mode).observe(ttft)
+            self._series_of(self.m_ttft, device, mode).observe(ttft)
             if decision.est_ttft is not None:
                 self.estimated += 1
                 if abs(ttft - decision.est_ttft) <= max(ACCURACY_SLACK_S, ACCURACY_FACTOR * ttft):
                     self.accurate += 1
-        self.m_e2e.labels(device, mode).observe(e2e)
+        self._series_of(self.m_e2e, device, mode).observe(e2e)
         finished = decision.model_copy(update={"outcome": outcome, "ttft": ttft, "e2e": e2e})
-        for i in range(len(self.decisions) - 1, -1, -1):
-            if self.decisions[i].request_id == decision.request_id:
-                self.decisions[i] = finished
-                break
+        if decision.request_id in self.decisions:
+            self.decisions[decision.request_id] = finished
         return finished
 
     def record_resubmit(self) -> None:
@@ -110,7 +123,7 @@ class Stats:
     def record_unrouted(self, outcome: str) -> None:
         """Count a request that ended before any engine was chosen (queue timeout, shutdown)."""
         self.by_outcome[outcome] += 1
-        self.m_requests.labels("none", "none", outcome).inc()
+        self._series_of(self.m_requests, "none", "none", outcome).inc()
 
     def ttft_quantiles(self, now: float | None = None) -> tuple[float | None, float | None]:
         """TTFT p50 and p99 over the window."""

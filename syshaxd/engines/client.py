@@ -172,6 +172,20 @@ class EngineClient:
         parsed = json_answer(self.name, data)
         return parsed, data
 
+    async def get(self, path: str) -> tuple[int, bytes]:
+        """GET ``path`` over the pool: the status and the whole body.
+
+        Raises:
+            EngineFailure: the engine cannot be reached or broke off the answer.
+        """
+        response = EngineResponse(self.name)
+        response.exchange = await self.exchange(self.request_bytes(b"GET", path, b""), response)
+        try:
+            status = await response.head()
+            return status, await response.aread()
+        finally:
+            response.close()
+
     async def get_json(self, path: str, timeout: float) -> Any:
         """GET ``path`` and parse its JSON answer; None when the engine did not answer 200 with JSON."""
         try:

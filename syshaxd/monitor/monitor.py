@@ -33,6 +33,7 @@ import httpx
 from syshaxd.config import EngineSpec
 from syshaxd.config import Monitor as MonitorSettings
 from syshaxd.engines import Dialect, MetricsParseError, RateTracker, get_dialect
+from syshaxd.monitor.fetch import Fetcher, HttpxFetcher, PoolFetcher, ScrapeError
 from syshaxd.monitor.host import HostSampler
 from syshaxd.snapshot import EngineMetrics, EngineState, EngineView, HostView, Snapshot
 
@@ -126,6 +127,7 @@ class Monitor:
         host: HostSampler | None = None,
         sample_host: bool = True,
         client: httpx.AsyncClient | None = None,
+        fetcher: Fetcher | None = None,
         rate_window: float = 5.0,
     ) -> None:
         self.settings = settings
@@ -133,8 +135,8 @@ class Monitor:
         self._host = host
         self._sample_host = sample_host
         self._host_view = HostView()
-        self._client = client
-        self._owns_client = client is None
+        self._fetcher: Fetcher | None = fetcher or (HttpxFetcher(client) if client is not None else None)
+        self._owns_fetcher = self._fetcher is None
         self._listeners: list[Listener] = []
         self._updated = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
@@ -182,12 +184,8 @@ class Monitor:
         """Start polling in the background (the first round starts at once)."""
         if self._loop_task is not None:
             return
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.settings.scrape_timeout),
-                limits=httpx.Limits(max_connections=max(8, 4 * len(self._engines))),
-                headers={"User-Agent": "syshaxd-monitor"},
-            )
+        if self._fetcher is None:
+            self._fetcher = PoolFetcher()
         if self._sample_host and self._host is None:
             self._host = await asyncio.to_thread(HostSampler)
         self._loop_task = asyncio.create_task(self._run(), name="syshaxd-monitor")
@@ -203,9 +201,9 @@ class Monitor:
         self._loop_task = None
         for engine in self._engines:
             engine.task = None
-        if self._owns_client and self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        if self._owns_fetcher and self._fetcher is not None:
+            await self._fetcher.aclose()
+            self._fetcher = None
         if self._host is not None:
             self._host.close()
 
@@ -229,7 +227,7 @@ class Monitor:
 
     async def poll_once(self) -> Snapshot:
         """Run one round: scrape every engine, sample the host, publish the snapshot."""
-        if self._client is None:
+        if self._fetcher is None:
             raise RuntimeError("Monitor.poll_once() needs start() first (or a client)")
         for engine in self._engines:
             if engine.task is None:
@@ -278,10 +276,8 @@ class Monitor:
             metrics, warning = await asyncio.wait_for(self._fetch(engine), timeout)
         except asyncio.TimeoutError:
             return _Outcome(None, f"no answer within {timeout:g}s")
-        except httpx.ConnectError as exc:
-            return _Outcome(None, f"cannot connect: {exc or 'connection refused'}", refused=True)
-        except httpx.HTTPError as exc:
-            return _Outcome(None, f"{type(exc).__name__}: {exc}")
+        except ScrapeError as exc:
+            return _Outcome(None, str(exc), refused=exc.refused)
         except MetricsParseError as exc:
             return _Outcome(None, f"unreadable answer: {exc}")
         except _BadStatus as exc:
@@ -289,8 +285,7 @@ class Monitor:
         return _Outcome(metrics, warning, at=time.monotonic(), wall=time.time())
 
     async def _fetch(self, engine: _Engine) -> tuple[EngineMetrics, str | None]:
-        assert self._client is not None
-        dialect, base = engine.dialect, engine.spec.url
+        dialect, base = engine.dialect, engine.spec
         if dialect.metrics_path is None:
             await self._get(base, dialect.health_path)
             return EngineMetrics(), None
@@ -302,7 +297,7 @@ class Monitor:
         if dialect.slots_path and dialect.read_slots and metrics.kv_cache_usage is None:
             try:
                 slots = dialect.read_slots(await self._get(base, dialect.slots_path))
-            except (httpx.HTTPError, MetricsParseError, _BadStatus) as exc:
+            except (ScrapeError, MetricsParseError, _BadStatus) as exc:
                 # llama-server without --slots: no KV figure, but the engine is fine.
                 warning = warning or f"no KV-cache usage: {dialect.slots_path}: {exc}"
             else:
@@ -310,12 +305,12 @@ class Monitor:
                                   generation_tokens_running=slots.decoding_tokens)
         return metrics, warning
 
-    async def _get(self, base: str, path: str) -> str:
-        assert self._client is not None
-        response = await self._client.get(base + path)
-        if response.status_code >= 400:
-            raise _BadStatus(f"{path} answered HTTP {response.status_code}")
-        return response.text
+    async def _get(self, engine: EngineSpec, path: str) -> str:
+        assert self._fetcher is not None
+        status, text = await self._fetcher.get(engine, path)
+        if status >= 400:
+            raise _BadStatus(f"{path} answered HTTP {status}")
+        return text
 
     def _build(self, now: float) -> Snapshot:
         return Snapshot(taken_at=now, engines=tuple(e.view() for e in self._engines), host=self._host_view)

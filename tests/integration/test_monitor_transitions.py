@@ -255,11 +255,11 @@ async def test_interval_can_change_at_run_time(make: Make, fake: Fake) -> None:
     assert m.settings.interval == 0.2 and m.settings.stale_after == SETTINGS.stale_after
 
 
-async def test_owned_client_is_created_and_closed() -> None:
+async def test_owned_fetcher_is_created_and_closed() -> None:
     m = Monitor([spec("gpu0")], SETTINGS, sample_host=False)
     with pytest.raises(RuntimeError, match="start"):
         await m.poll_once()
     await m.start()
-    assert m._client is not None
+    assert m._fetcher is not None
     await m.stop()
-    assert m._client is None
+    assert m._fetcher is None

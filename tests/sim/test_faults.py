@@ -120,6 +120,34 @@ def test_die_mid_stream_off_then_on(sim_engine) -> None:  # type: ignore[no-unty
     assert sim_engine.process(engine).proc.wait(10) == 1
 
 
+def _events(raw: str) -> list[str]:
+    return [block for block in raw.split("\n\n") if block]
+
+
+def test_truncate_stream_ends_every_stream_cleanly_without_done(engine: EngineHandle) -> None:
+    engine.set_faults(truncate_stream=1)
+    r = chat(engine, stream=True, stream_options={"include_usage": True})
+    # the body was read to its end: the chunked response completed normally
+    assert r.status_code == 200 and r.headers["transfer-encoding"] == "chunked"
+    events = _events(r.text)
+    assert "[DONE]" not in r.text and all(e.startswith("data: {") for e in events)
+    assert len(events) == 1 + 5 + 1  # role chunk, one chunk per token, usage chunk
+    assert json.loads(events[-1][len("data: "):])["usage"]["completion_tokens"] == 5
+    completion = _http[0].post(f"{engine.url}/v1/completions", json={"prompt": "hi", "max_tokens": 4, "ignore_eos": True,
+                                                                       "stream": True})
+    events = _events(completion.text)
+    assert len(events) == 4 and json.loads(events[-1][len("data: "):])["choices"][0]["finish_reason"] == "length"
+    assert chat(engine).json()["choices"][0]["finish_reason"] == "length"  # a non-streamed answer is whole
+    engine.set_faults(truncate_stream=0)
+    assert chat(engine, stream=True).text.endswith("data: [DONE]\n\n")
+
+
+def test_truncate_stream_rate_truncates_some_streams(engine: EngineHandle) -> None:
+    engine.set_faults(truncate_stream=0.5)
+    ends = {chat(engine, stream=True, max_tokens=1).text.endswith("data: [DONE]\n\n") for _ in range(30)}
+    assert ends == {True, False}
+
+
 def test_metrics_hang_and_slow_on_and_off(engine: EngineHandle) -> None:
     for mode in ("hang", "slow"):
         engine.set_faults(metrics=mode)
@@ -170,6 +198,10 @@ def test_bad_fault_patch_is_400_and_changes_nothing(engine: EngineHandle) -> Non
 def test_fault_assignments_parse_like_the_json_contract() -> None:
     faults = parse_assignments(["metrics=hang", "error_rate=0.5", "die_after=null", "garbage_body=true"])
     assert faults == Faults(metrics="hang", error_rate=0.5, garbage_body=True)
+    assert parse_assignments(["truncate_stream=1"]) == parse_assignments(["truncate_stream=true"])
+    assert parse_assignments(["truncate_stream=1"]).truncate_stream == 1.0
+    with pytest.raises(FaultError, match="truncate_stream must be"):
+        parse_assignments(["truncate_stream=2"])
     with pytest.raises(FaultError, match="KEY=VALUE"):
         parse_assignments(["metrics"])
     with pytest.raises(FaultError, match="unknown fault"):
