@@ -43,7 +43,8 @@ from sim.slots import slot_action, slots_json
 from sim.stream_answer import first_event, stream_answer
 from sim.utility_routes import UtilityRoutes
 
-VERSIONS = {"vllm-v1": "0.10.1.1", "vllm-v0": "0.7.3", "sglang": "0.4.6.post5", "llamacpp": "b1-sim"}
+#: What `GET /version` says (llama-server has no such route).
+VERSIONS = {"vllm-v1": "0.10.1.1", "vllm-v0": "0.7.3", "sglang": "0.4.6.post5"}
 PROM_CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 GARBAGE = b"<html><body>502 upstream garbage \x00\x01{\"choices\": [ truncated"
 
