@@ -1,260 +1,210 @@
-"""What a proxy costs: streamed chat requests sent straight to an engine, through syshax,
-and through vllm-router, with the same load, in one run.
+"""What a proxy costs: the same requests straight to an engine, through syshax and through
+vllm-router, in one run.
 
-The engine is the simulator's ``null`` profile (next to no compute time), so the proxies
-are the bottleneck. Reported per path and concurrency: TTFT and inter-token latency p50/p99,
-the TTFT each proxy adds over direct, requests/s and streamed chunks/s; plus several
-streamed requests in a row on one keep-alive connection.
+The engine is a fake (``bench/_fake_engine.py``): the first chunk ``--ttft`` after a request
+arrives, then one every ``--interval``, ``TCP_NODELAY`` set, no compute. The proxies are what
+is measured. Each case (streamed at concurrency 1, 16, 64, 256; not streamed at 1 and 16) runs
+for every path in turn, repeated and interleaved, and the medians of the repetitions are
+reported: TTFT p50/p99 (time to the first event, or to the whole answer when not streamed),
+what each proxy adds over direct, requests/s, and each proxy's CPU (from /proc) per request
+and per 1,000 relayed chunks. Also the daemon's CPU while idle, in front of the simulator.
 
-    python bench/overhead.py            # full run (concurrency 1, 16, 64, 256)
+Before it reports anything, it checks that its baseline sees: the direct path's TTFT must be
+the engine's own (within ``--tolerance`` ms), or it refuses (a 40 ms delayed-ACK stall on
+both sides once hid the daemon's own).
+
+    python bench/overhead.py            # full run
     python bench/overhead.py --quick    # a tiny run, as `make test` does
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import os
-import shutil
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
-import psutil
-import yaml
+import uvloop
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import free_port, results_dir, wait_http  # noqa: E402
-from demo.loadgen import Result, closed_loop, percentile, stream_chat  # noqa: E402
+from bench._common import results_dir  # noqa: E402
+from bench._loadclient import Sample, closed_loop  # noqa: E402
+from bench._overhead_stack import ROUTER_VERSION, Stack, ensure_router, idle_cost, proxies  # noqa: E402
+from bench._overhead_targets import judge, plot  # noqa: E402
+from demo.loadgen import percentile  # noqa: E402
 
 console = Console()
-ROUTER_VERSION = "0.1.17"
-BODY = {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 16, "ignore_eos": True}
+TOKENS = 16
+Case = tuple[bool, int]  # (streamed, concurrency)
 
 
-def ensure_router() -> str | None:
-    """The vllm-router binary, installed into this venv on first use (bench setup only)."""
-    found = shutil.which("vllm-router", path=str(Path(sys.executable).parent)) or shutil.which("vllm-router")
-    if found:
-        return found
-    console.print(f"[dim]installing vllm-router=={ROUTER_VERSION} (bench only)…[/]")
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", f"vllm-router=={ROUTER_VERSION}"],
-                          capture_output=True, text=True)
-    if done.returncode != 0:
-        console.print(f"[red]could not install vllm-router:[/] {done.stderr.strip()[-400:]}")
-        return None
-    return shutil.which("vllm-router", path=str(Path(sys.executable).parent))
+def body(stream: bool) -> dict[str, Any]:
+    """One chat request: a short prompt, TOKENS tokens."""
+    return {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": TOKENS,
+            "stream": stream, "ignore_eos": True}
 
 
-@contextmanager
-def processes(tmp: Path, router: str | None) -> Iterator[tuple[dict[str, str], dict[str, int]]]:
-    """Start the engine, syshaxd and vllm-router; yield their base URLs and the proxies' pids; stop them all."""
-    procs: list[subprocess.Popen[bytes]] = []
-    logs = []
-    try:
-        gpu, cpu, api, rport = free_port(), free_port(), free_port(), free_port()
-
-        def start(name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-            log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed below
-            logs.append(log)
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
-            procs.append(proc)
-            return proc
-
-        sim = start("sim", [sys.executable, "-m", "sim", "pair", "--gpu-port", str(gpu), "--cpu-port", str(cpu),
-                            "--gpu-profile", "null", "--cpu-profile", "null"])
-        wait_http(f"http://127.0.0.1:{gpu}/health", proc=sim)
-        config = {
-            "services": {"gpu": {"port": gpu}, "cpu": {"port": cpu}, "conductor": {"port": api}},
-            "decider": {"policy": "gpu-only"},
-            "system": {"max_queue_size": 10000},
-            "monitor": {"startup_check": False},
-            "control": {"socket": str(tmp / "control.sock"), "state_dir": str(tmp / "state")},
-            "logging": {"level": "warning"},
-        }
-        (tmp / "config.yaml").write_text(yaml.safe_dump(config))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
-        daemon = start("syshaxd", [sys.executable, "-m", "syshaxd", "--config", str(tmp / "config.yaml")], env)
-        wait_http(f"http://127.0.0.1:{api}/health", proc=daemon)
-        urls = {"direct": f"http://127.0.0.1:{gpu}", "syshax": f"http://127.0.0.1:{api}"}
-        pids = {"syshax": daemon.pid}
-        if router:
-            rproc = start("vllm-router", [router, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls",
-                                          f"http://127.0.0.1:{gpu}", "--policy", "round_robin", "--log-level", "error",
-                                          "--prometheus-port", str(free_port())])
-            wait_http(f"http://127.0.0.1:{rport}/health", proc=rproc, timeout=60)
-            urls["vllm-router"] = f"http://127.0.0.1:{rport}"
-            pids["vllm-router"] = rproc.pid
-        yield urls, pids
-    finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-        for log in logs:
-            log.close()
+def cases(quick: bool) -> list[Case]:
+    """The cases, cheapest first."""
+    if quick:
+        return [(True, 1), (True, 4), (False, 1)]
+    return [(True, 1), (True, 16), (True, 64), (True, 256), (False, 1), (False, 16)]
 
 
-def summarize(results: list[Result], wall: float) -> dict[str, Any]:
-    """Latency quantiles and rates of one path at one concurrency."""
-    ok = [r for r in results if r.ok]
-    ttfts = [r.ttft for r in ok if r.ttft is not None]
-    itls = [x for r in ok for x in r.itls]
-    return {
-        "requests": len(results),
-        "ok": len(ok),
-        "ttft_p50_ms": _ms(percentile(ttfts, 0.5)),
-        "ttft_p99_ms": _ms(percentile(ttfts, 0.99)),
-        "itl_p50_ms": _ms(percentile(itls, 0.5)),
-        "itl_p99_ms": _ms(percentile(itls, 0.99)),
-        "requests_per_s": len(ok) / wall if wall > 0 else 0.0,
-        "chunks_per_s": sum(r.chunks for r in ok) / wall if wall > 0 else 0.0,
-        "chunks": sum(r.chunks for r in ok),
-    }
+def requests_for(concurrency: int, quick: bool) -> int:
+    """Requests per measurement: enough for stable medians at every concurrency."""
+    return 8 if quick else max(160, concurrency * 8)
 
 
 def _ms(value: float | None) -> float | None:
     return None if value is None else round(value * 1000, 3)
 
 
-async def measure(url: str, concurrency: int, total: int) -> dict[str, Any]:
-    """One closed-loop run."""
-    t0 = time.perf_counter()
-    results = await closed_loop(f"{url}/v1/chat/completions", concurrency, total, lambda i: dict(BODY))
-    return summarize(results, time.perf_counter() - t0)
+def summarize(samples: list[Sample], wall: float, cpu: float) -> dict[str, Any]:
+    """One path at one case: latency quantiles, rates and the proxy's CPU."""
+    ok = [s for s in samples if s.ok]
+    ttfts = [s.ttft for s in ok if s.ttft is not None]
+    chunks = sum(s.events for s in ok)
+    return {"requests": len(samples), "ok": len(ok), "ttft_p50_ms": _ms(percentile(ttfts, 0.5)),
+            "ttft_p99_ms": _ms(percentile(ttfts, 0.99)), "requests_per_s": round(len(ok) / wall, 2) if wall else 0,
+            "chunks": chunks, "cpu_ms_per_request": round(cpu * 1000 / len(samples), 3) if samples else None,
+            "cpu_ms_per_1k_chunks": round(cpu * 1e6 / chunks, 1) if chunks else None}
 
 
-async def keepalive(url: str, count: int) -> dict[str, Any]:
-    """Several streamed requests in a row on one keep-alive connection."""
-    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=1)) as client:
-        await stream_chat(client, f"{url}/v1/chat/completions", dict(BODY))  # open the connection
-        results = [await stream_chat(client, f"{url}/v1/chat/completions", dict(BODY)) for _ in range(count)]
-    ttfts = [r.ttft for r in results if r.ttft is not None]
-    return {"requests": count, "ttft_mean_ms": _ms(sum(ttfts) / len(ttfts)) if ttfts else None,
-            "ttft_p50_ms": _ms(percentile(ttfts, 0.5))}
+async def measure(stack: Stack, name: str, case: Case, total: int) -> dict[str, Any]:
+    """One path at one case: a short warm-up, then ``total`` requests closed-loop."""
+    stream, concurrency = case
+    host, port = stack.urls[name].removeprefix("http://").split(":")
+    await closed_loop(host, int(port), concurrency, min(concurrency, 8), body(stream))  # connections open
+    cpu0 = stack.proxy_cpu(name)
+    samples, wall = await closed_loop(host, int(port), concurrency, total, body(stream))
+    return summarize(samples, wall, stack.proxy_cpu(name) - cpu0)
 
 
-def judge(rows: dict[str, dict[int, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The issue's targets, each with the measured numbers and a verdict."""
-    targets = []
-    if "vllm-router" not in rows:
-        return [{"target": "vllm-router comparison", "verdict": "not run (vllm-router unavailable)"}]
-    for c in (16, 64):
-        if c not in rows["direct"]:
-            continue
-        direct, ours, theirs = rows["direct"][c], rows["syshax"][c], rows["vllm-router"][c]
-        add_ours = (ours["ttft_p50_ms"] or 0) - (direct["ttft_p50_ms"] or 0)
-        add_theirs = (theirs["ttft_p50_ms"] or 0) - (direct["ttft_p50_ms"] or 0)
-        p99_add = (ours["ttft_p99_ms"] or 0) - (direct["ttft_p99_ms"] or 0)
-        targets.append({"target": f"c={c}: syshax TTFT p50 added <= router's + 1 ms",
-                        "measured": f"{add_ours:.2f} vs {add_theirs:.2f} ms",
-                        "verdict": "met" if add_ours <= add_theirs + 1.0 else "missed"})
-        targets.append({"target": f"c={c}: syshax TTFT p99 added < 5 ms", "measured": f"{p99_add:.2f} ms",
-                        "verdict": "met" if p99_add < 5.0 else "missed"})
-    if 256 in rows["direct"]:
-        ours, theirs = rows["syshax"][256]["chunks_per_s"], rows["vllm-router"][256]["chunks_per_s"]
-        targets.append({"target": "c=256: syshax chunks/s >= 0.5 x router's",
-                        "measured": f"{ours:.0f} vs {theirs:.0f} ({ours / theirs if theirs else 0:.2f}x)",
-                        "verdict": "met" if theirs and ours >= 0.5 * theirs else "missed"})
-    return targets
+def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median of each figure over the repetitions (and the repetitions themselves)."""
+    row: dict[str, Any] = {}
+    for key in runs[0]:
+        values = [r[key] for r in runs if r[key] is not None]
+        row[key] = statistics.median(values) if values else None
+    row["repetitions"] = runs
+    return row
+
+
+async def run_cases(stack: Stack, args: argparse.Namespace, progress: Progress) -> dict[str, dict[str, Any]]:
+    """Every case on every path, ``--reps`` times, paths rotated each time; medians."""
+    names = list(stack.urls)
+    todo = cases(args.quick)
+    task = progress.add_task("overhead", total=len(todo) * len(names) * args.reps)
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for rep in range(args.reps):
+        for case in todo:
+            order = names[rep % len(names):] + names[:rep % len(names)]  # the machine's drift hits all alike
+            for name in order:
+                progress.update(task, description=f"rep {rep + 1}/{args.reps}: {name}, "
+                                                  f"{'streamed' if case[0] else 'not streamed'}, c={case[1]}")
+                row = await measure(stack, name, case, requests_for(case[1], args.quick))
+                runs.setdefault(key(case), {}).setdefault(name, []).append(row)
+                progress.advance(task)
+    return {case: {name: median_row(r) for name, r in per.items()} for case, per in runs.items()}
+
+
+def key(case: Case) -> str:
+    """A case's name in the report: ``stream-16``, ``whole-1``."""
+    return f"{'stream' if case[0] else 'whole'}-{case[1]}"
+
+
+def baseline_check(stack: Stack, rows: dict[str, dict[str, Any]], tolerance_ms: float) -> dict[str, Any]:
+    """Whether the direct path shows the engine's own TTFT (else the harness cannot see)."""
+    own = _ms(statistics.median(stack.engine_first_bytes()))
+    direct = rows["stream-1"]["direct"]["ttft_p50_ms"]
+    ok = own is not None and direct is not None and abs(direct - own) <= tolerance_ms
+    return {"engine_own_first_byte_ms": own, "direct_ttft_p50_ms": direct, "tolerance_ms": tolerance_ms, "ok": ok}
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    levels = [1, 4] if args.quick else [1, 16, 64, 256]
-    per_level = (lambda c: 8) if args.quick else (lambda c: max(200, c * 8))
+    """Start everything, measure, stop everything."""
     router = None if args.no_router else ensure_router()
-    rows: dict[str, dict[int, dict[str, Any]]] = {}
-    with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp, processes(Path(tmp), router) as (urls, pids):
-        with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("overhead", total=len(levels) * len(urls) + len(urls))
-            for c in levels:
-                for name, url in urls.items():  # paths interleaved per level: the machine's noise hits all alike
-                    progress.update(task, description=f"{name} at concurrency {c}")
-                    await measure(url, c, min(c, 8))  # warm the connections
-                    proxy = psutil.Process(pids[name]) if name in pids else None
-                    cpu0 = sum(proxy.cpu_times()[:2]) if proxy else 0.0
-                    row = rows.setdefault(name, {})[c] = await measure(url, c, per_level(c))
-                    if proxy is not None and row["chunks"]:
-                        # CPU per relayed chunk: steadier than latency on a shared machine.
-                        used = sum(proxy.cpu_times()[:2]) - cpu0
-                        row["proxy_cpu_ms_per_1k_chunks"] = round(used * 1e6 / row["chunks"], 1)
-                    progress.advance(task)
-            seq = {}
-            for name, url in urls.items():
-                progress.update(task, description=f"{name}: keep-alive sequence")
-                seq[name] = await keepalive(url, 5 if args.quick else 50)
-                progress.advance(task)
-    return {"levels": levels, "paths": rows, "keepalive": seq, "targets": judge(rows),
-            "engine_profile": "null", "router_version": ROUTER_VERSION if router else None}
+    with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp:
+        with proxies(Path(tmp), router, args.ttft, args.interval) as stack:
+            with Progress(console=console, transient=True) as progress:
+                rows = await run_cases(stack, args, progress)
+            check = baseline_check(stack, rows, args.tolerance)
+        idle = idle_cost(Path(tmp), 3.0 if args.quick else args.idle_seconds)
+    return {"engine": {"ttft_s": args.ttft, "interval_s": args.interval, "tokens": TOKENS},
+            "repetitions": args.reps, "router_version": ROUTER_VERSION if router else None,
+            "baseline": check, "cases": rows, "idle": idle,
+            "targets": judge(rows, idle) if check["ok"] else []}
 
 
 def show(report: dict[str, Any]) -> None:
-    table = Table(title="Proxy overhead (streamed chat, null-profile engine)")
-    for col in ("path", "conc", "ok", "TTFT p50", "TTFT p99", "added p50", "added p99", "ITL p50", "ITL p99",
-                "req/s", "chunks/s", "CPU ms/1k chunks"):
-        table.add_column(col, justify="right" if col not in ("path",) else "left")
-    paths = report["paths"]
-    for c in report["levels"]:
-        direct = paths["direct"][c]
-        for name in paths:
-            row = paths[name][c]
-            table.add_row(name, str(c), f"{row['ok']}/{row['requests']}", _fmt(row["ttft_p50_ms"]),
-                          _fmt(row["ttft_p99_ms"]), _added(name, row, direct, "ttft_p50_ms"),
-                          _added(name, row, direct, "ttft_p99_ms"),
-                          _fmt(row["itl_p50_ms"]), _fmt(row["itl_p99_ms"]), f"{row['requests_per_s']:.0f}",
-                          f"{row['chunks_per_s']:.0f}", _fmt(row.get("proxy_cpu_ms_per_1k_chunks")))
+    """The tables."""
+    table = Table(title=f"Proxy overhead: medians of {report['repetitions']} interleaved runs "
+                        f"(fake engine: first chunk {report['engine']['ttft_s'] * 1000:g} ms, then one every "
+                        f"{report['engine']['interval_s'] * 1000:g} ms)")
+    for col in ("case", "path", "ok", "TTFT p50", "TTFT p99", "added p50", "req/s", "CPU ms/req", "CPU ms/1k chunks"):
+        table.add_column(col, justify="left" if col in ("case", "path") else "right")
+    for case, per in report["cases"].items():
+        direct = per["direct"]
+        for name, row in per.items():
+            added = ("-" if name == "direct" or row["ttft_p50_ms"] is None
+                     else f"{row['ttft_p50_ms'] - direct['ttft_p50_ms']:+.2f}")
+            table.add_row(case, name, f"{row['ok']:.0f}/{row['requests']:.0f}", _f(row["ttft_p50_ms"]),
+                          _f(row["ttft_p99_ms"]), added, _f(row["requests_per_s"], 0),
+                          "-" if name == "direct" else _f(row["cpu_ms_per_request"]),
+                          "-" if name == "direct" else _f(row["cpu_ms_per_1k_chunks"], 0))
     console.print(table)
-    seq = Table(title="Streamed requests in a row on one keep-alive connection")
-    seq.add_column("path")
-    seq.add_column("requests", justify="right")
-    seq.add_column("TTFT mean (ms)", justify="right")
-    for name, row in report["keepalive"].items():
-        seq.add_row(name, str(row["requests"]), _fmt(row["ttft_mean_ms"]))
-    console.print(seq)
-    verdicts = Table(title="Targets")
-    for col in ("target", "measured", "verdict"):
-        verdicts.add_column(col)
-    for t in report["targets"]:
-        verdicts.add_row(t["target"], t.get("measured", ""), t["verdict"])
-    console.print(verdicts)
+    base = report["baseline"]
+    console.print(f"baseline: direct TTFT p50 {base['direct_ttft_p50_ms']} ms, the engine's own first byte "
+                  f"{base['engine_own_first_byte_ms']} ms (tolerance {base['tolerance_ms']} ms): "
+                  + ("[green]the harness sees[/]" if base["ok"] else "[red]REFUSED: the harness cannot see[/]"))
+    idle = report["idle"]
+    console.print(f"idle syshaxd (simulated vLLM engines): {idle['cpu_ms_per_s']} ms of CPU per second "
+                  f"({idle['core_percent']}% of a core)")
+    if report["targets"]:
+        verdicts = Table(title="Targets")
+        for col in ("target", "measured", "verdict"):
+            verdicts.add_column(col)
+        for t in report["targets"]:
+            verdicts.add_row(t["target"], t["measured"], t["verdict"])
+        console.print(verdicts)
 
 
-def _added(name: str, row: dict[str, Any], direct: dict[str, Any], key: str) -> str:
-    if name == "direct" or row[key] is None or direct[key] is None:
-        return "-"
-    return f"{row[key] - direct[key]:+.2f}"
-
-
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
+def _f(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tiny run (what make test does)")
     parser.add_argument("--no-router", action="store_true", help="skip vllm-router")
+    parser.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 3; quick 1)")
+    parser.add_argument("--ttft", type=float, default=0.01, help="the fake engine's first-chunk delay (s)")
+    parser.add_argument("--interval", type=float, default=0.01, help="the fake engine's inter-chunk time (s)")
+    parser.add_argument("--tolerance", type=float, default=2.0, help="direct vs engine TTFT, ms (default 2)")
+    parser.add_argument("--idle-seconds", type=float, default=20.0, help="how long idle CPU is measured")
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = parser.parse_args()
-    report = asyncio.run(run(args))
+    args.reps = args.reps or (1 if args.quick else 3)
+    started = time.monotonic()
+    report = uvloop.run(run(args))
+    report["wall_s"] = round(time.monotonic() - started, 1)
     show(report)
     out = args.out or results_dir() / ("overhead-quick.json" if args.quick else "overhead.json")
     out.write_text(json.dumps(report, indent=2))
-    console.print(f"wrote {out}")
+    picture = plot(report, out.with_suffix(".png"))
+    console.print(f"wrote {out}" + (f" and {picture}" if picture else ""))
+    if not report["baseline"]["ok"]:
+        console.print("[red]refusing to report overheads: the direct path does not show the engine's own TTFT[/]")
+        return 2
     return 0
 
 

@@ -11,18 +11,16 @@ keeps its numbers and how to read them. Parsing is pure; rates over time live in
 from __future__ import annotations
 
 from syshaxd.engines.base import Dialect, SlotsReading
-from syshaxd.engines.client import (
-    EngineClient,
+from syshaxd.engines.client import EngineClient
+from syshaxd.engines.connection import ConnectionLost, Sink, set_nodelay
+from syshaxd.engines.exchange import EngineResponse, Exchange, engine_events
+from syshaxd.engines.failures import (
     EngineFailure,
     EngineRejected,
-    EngineResponse,
-    Exchange,
     describe_error,
     describe_http_error,
-    engine_events,
     json_answer,
 )
-from syshaxd.engines.connection import ConnectionLost, Sink, set_nodelay
 from syshaxd.engines.llamacpp import LLAMACPP
 from syshaxd.engines.plain import OPENAI
 from syshaxd.engines.promtext import MetricSet, MetricsParseError

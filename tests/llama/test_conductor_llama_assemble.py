@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from syshaxd.conductor.assemble import Assembler, assemble, streaming_body
-from syshaxd.engines.client import EngineFailure
+from syshaxd.engines import EngineFailure
 
 
 def _sse(*events: Any, done: bool = True) -> bytes:
