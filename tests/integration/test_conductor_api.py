@@ -148,6 +148,7 @@ class FakeVllm:
     def __init__(self) -> None:
         """Bind a free port (the kernel's pick: no race) and serve in a thread."""
         self.received: list[tuple[str, dict[str, Any]]] = []
+        self.request_ids: list[str | None] = []  # the X-Request-Id header of each POST
         self._lock = threading.Lock()
         fake = self
 
@@ -179,6 +180,7 @@ class FakeVllm:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with fake._lock:
                     fake.received.append((self.path, body))
+                    fake.request_ids.append(self.headers.get("X-Request-Id"))
                 self._send(*fake.answer(self.path, body))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -245,6 +247,19 @@ def test_unknown_fields_pass_through_and_unknown_model_is_the_engines_404(
     # The 404 is the engine's: the request reached it, and its own message came back.
     assert gpu.bodies()[-1]["model"] == "no-such-model"
     assert "The model `no-such-model` does not exist." in caught.value.message
+
+
+def test_the_request_id_reaches_the_engine_as_the_client_sent_it_or_as_syshax_made_it(
+    fake_engines: tuple[FakeVllm, FakeVllm], make_stack: Callable[..., Stack]
+) -> None:
+    gpu, cpu = fake_engines
+    stack = make_stack(policy="gpu-only", engine_ports=(gpu.port, cpu.port))
+    body = {"model": "ds-32b", "messages": MESSAGES, "max_tokens": 2}
+    sent = httpx.post(f"{stack.url}/v1/chat/completions", json=body, headers={"X-Request-ID": "trace-42"}, timeout=10)
+    made = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=10)
+    assert sent.headers["x-request-id"] == "trace-42"
+    assert gpu.request_ids == ["trace-42", made.headers["x-request-id"]]
+    assert f"id={made.headers['x-request-id']} " in stack.log_text()
 
 
 def test_api_key_is_required_when_set_and_never_logged(make_stack: Callable[..., Stack]) -> None:
