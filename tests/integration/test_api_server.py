@@ -64,7 +64,9 @@ async def exchange(port: int, data: bytes, *, until: bytes = b"", close: bool = 
 
 async def test_accepted_sockets_have_tcp_nodelay(server: tuple[ApiServer, int]) -> None:
     # Without it, a small write on a kept-alive connection waits for the client's delayed ACK
-    # (about 40 ms per request, the stall issue #21 found).
+    # (about 40 ms per request, the stall issue #21 found in the simulator's raw sockets).
+    # asyncio and uvloop both set it on the transports they make; the server sets it too, and
+    # this pins the result whichever of them a later change of loop or transport relies on.
     api, port = server
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
     try:
