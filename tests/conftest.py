@@ -17,6 +17,7 @@ _PLUGINS = [
     "tests.plugins.llama",
     "tests.plugins.llama_targets",
     "tests.plugins.stack",
+    "tests.plugins.fake_vllm",
 ]
 
 # A plugin module appears when its area lands; list only those present.

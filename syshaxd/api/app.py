@@ -49,7 +49,8 @@ def create_api_server(dispatcher: Dispatcher, conductor: Conductor, engines: Seq
     fallback = _asgi_route(app)
     routes.update({path: fallback for path in own if path not in routes})
     passthrough = passthrough_route(conductor, config.system.request_timeout)
-    return ApiServer(routes, app, Guard(api_key), service.max_body_bytes, passthrough=passthrough)
+    open_paths = frozenset(path for path in own if not path.startswith("/v1/"))  # health, metrics, docs
+    return ApiServer(routes, app, Guard(api_key, open_paths), service.max_body_bytes, passthrough=passthrough)
 
 
 def create_info_app(conductor: Conductor, engines: Sequence[EngineClient]) -> FastAPI:

@@ -14,16 +14,20 @@ MAX_HEADER_BYTES = 64 * 1024
 class Guard:
     """Checks every request before its route sees it."""
 
-    def __init__(self, api_key: str | None) -> None:
+    def __init__(self, api_key: str | None, open_paths: frozenset[str] = frozenset()) -> None:
         self.api_key = api_key.encode() if api_key else None
+        self.open_paths = open_paths
 
     def check(self, request: Request) -> ApiError | None:
         """The error to answer instead, or None when the request may pass.
 
-        The OpenAI routes (``/v1/...``) need ``Authorization: Bearer <key>`` when
-        ``services.conductor.api_key`` is set, as vLLM's ``--api-key`` does.
+        Every route needs ``Authorization: Bearer <key>`` when ``services.conductor.api_key``
+        is set, but ``open_paths`` (syshaxd's own health, metrics and docs, for probes and
+        Prometheus). vLLM's ``--api-key`` guards only ``/v1/...``; behind syshaxd the engine's
+        other routes (``/tokenize``, ``/rerank``, ...) would then be open to anyone who can
+        reach the port, so they are guarded too.
         """
-        if not self.api_key or not request.path.startswith("/v1/"):
+        if not self.api_key or request.path in self.open_paths:
             return None
         token = b""
         value = request.header(b"authorization")
