@@ -40,7 +40,7 @@ def test_a_non_streamed_request_whose_client_leaves_releases_its_engine(
     if warm:
         stack.openai().chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=2)
     host, port = stack.url.removeprefix("http://").split(":")
-    body = ('{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "ignore_eos": true}').encode()
+    body = (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "ignore_eos": true}')
     with socket.create_connection((host, int(port))) as sock:
         sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
                      b"content-length: %d\r\n\r\n%s" % (len(body), body))
