@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from syshaxd.api.app import create_api_server, create_info_app
+from syshaxd.api.app import create_api_server, create_info_app, create_worker_api_server, own_paths
 from syshaxd.api.server import ApiServer
 
-__all__ = ["ApiServer", "create_api_server", "create_info_app"]
+__all__ = ["ApiServer", "create_api_server", "create_info_app", "create_worker_api_server", "own_paths"]

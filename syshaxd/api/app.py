@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Iterable, Sequence
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi import Request as FastAPIRequest
@@ -24,33 +25,46 @@ from syshaxd.api.asgi import Request, serve_asgi
 from syshaxd.api.completions import completion_routes
 from syshaxd.api.guard import Guard
 from syshaxd.api.info import info_router
-from syshaxd.api.passthrough import passthrough_route
+from syshaxd.api.passthrough import Books, forward_route, passthrough_route
 from syshaxd.api.response import Response
 from syshaxd.api.server import ApiServer, Handler
 from syshaxd.conductor import Conductor, Dispatcher
 from syshaxd.config import Config
-from syshaxd.engines import EngineClient
+from syshaxd.engines import ConnectionPool, EngineClient
 from syshaxd.errors import ApiError, error_body
 
 log = logging.getLogger("syshaxd.api")
 
 
-def create_api_server(dispatcher: Dispatcher, conductor: Conductor, engines: Sequence[EngineClient],
-                      config: Config) -> ApiServer:
-    """The API port: the dispatcher answers completions, the engines the routes they serve."""
+def create_api_server(dispatcher: Dispatcher[Any], conductor: Conductor, config: Config, info: FastAPI) -> ApiServer:
+    """The daemon's API port: the dispatcher answers completions, ``info`` (:func:`create_info_app`)
+    syshaxd's own routes, the engines every other route they serve."""
+    return _api_server(dispatcher, conductor, config, own_paths(info), _asgi_route(info))
+
+
+def create_worker_api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: Iterable[str],
+                             daemon: ConnectionPool) -> ApiServer:
+    """A worker process's API port: completions and pass-through as in the daemon, syshaxd's own
+    routes (``own``) forwarded to the daemon over ``daemon``, where the books are."""
+    return _api_server(dispatcher, books, config, frozenset(own), forward_route(daemon, config.system.request_timeout))
+
+
+def own_paths(info: FastAPI) -> frozenset[str]:
+    """syshaxd's own routes: those of the info app, and its docs pages."""
+    own = {path for path in info.openapi()["paths"] if "{" not in path}
+    docs = (info.openapi_url, info.docs_url, info.redoc_url, info.swagger_ui_oauth2_redirect_url)
+    return frozenset(own | {path for path in docs if path})
+
+
+def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: frozenset[str],
+                own_handler: Handler) -> ApiServer:
     service = config.services.conductor
     api_key = service.api_key.get_secret_value() if service.api_key else None
-    app = create_info_app(conductor, engines)
     routes: dict[str, Handler] = completion_routes(dispatcher, config)
-    # syshaxd's own read-only routes (and the docs pages) go to the FastAPI app; the rest that
-    # is not a completion route is an engine's.
-    own = {path for path in app.openapi()["paths"] if "{" not in path}
-    own |= {path for path in (app.openapi_url, app.docs_url, app.redoc_url, app.swagger_ui_oauth2_redirect_url) if path}
-    fallback = _asgi_route(app)
-    routes.update({path: fallback for path in own if path not in routes})
-    passthrough = passthrough_route(conductor, config.system.request_timeout)
+    routes.update({path: own_handler for path in own if path not in routes})
     open_paths = frozenset(path for path in own if not path.startswith("/v1/"))  # health, metrics, docs
-    return ApiServer(routes, app, Guard(api_key, open_paths), service.max_body_bytes, passthrough=passthrough)
+    passthrough = passthrough_route(books, config.system.request_timeout)
+    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough)
 
 
 def create_info_app(conductor: Conductor, engines: Sequence[EngineClient]) -> FastAPI:

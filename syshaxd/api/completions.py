@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Awaitable
+from typing import Any
 
 from syshaxd.api.asgi import Request
 from syshaxd.api.body import parse_request
@@ -41,7 +42,7 @@ def request_id(request: Request) -> str | None:
     return value.decode("ascii")
 
 
-def completion_routes(dispatcher: Dispatcher, config: Config) -> dict[str, Handler]:
+def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, Handler]:
     """The handlers of :data:`ROUTES`, by path."""
 
     def route(kind: Kind, forced: Mode | None) -> Handler:

@@ -17,13 +17,13 @@ import json
 import logging
 import time
 import uuid
+from typing import Protocol
 
 from syshaxd.api.asgi import Request
 from syshaxd.api.completions import request_id
 from syshaxd.api.response import Response
 from syshaxd.api.server import Handler
-from syshaxd.conductor import Conductor
-from syshaxd.engines import EngineClient, EngineFailure, Exchange, describe_error
+from syshaxd.engines import ConnectionPool, EngineClient, EngineFailure, Exchange, describe_error
 from syshaxd.errors import ApiError
 
 log = logging.getLogger("syshaxd.api")
@@ -36,12 +36,29 @@ HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"pro
                         b"content-length", b"expect"})
 
 
+class Books(Protocol):
+    """What pass-through asks of the books: the conductor, or a worker's remote conductor."""
+
+    async def passthrough_engines(self) -> list[EngineClient]:
+        """Engines to try, best first."""
+        ...
+
+    def hold(self, engine: EngineClient) -> object:
+        """Count a pass-through request against ``engine``; a token for :meth:`unhold`."""
+        ...
+
+    def unhold(self, engine: EngineClient, token: object) -> None:
+        """The pass-through request on ``engine`` is over."""
+        ...
+
+
 class _Relay:
     """One engine's answer to a passed-through request, written on to the client as it arrives."""
 
-    def __init__(self, response: Response, rid: str) -> None:
+    def __init__(self, response: Response, rid: str, final: bool = False) -> None:
         self.response = response
         self.rid = rid
+        self.final = final  # a 404 is the answer, not a hint to ask the next engine
         self.exchange: Exchange | None = None
         self.done: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._held: list[bytes] | None = None  # a 404's body, read before deciding what it means
@@ -49,7 +66,7 @@ class _Relay:
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self._headers = [(k, v) for k, v in headers if k not in HOP_BY_HOP and k != b"x-request-id"]
-        if status == 404:
+        if status == 404 and not self.final:
             self._held = []  # "no such route" or "no such model"? The body says.
             return
         length = next((int(v) for k, v in headers if k == b"content-length" and v.isdigit()), None)
@@ -96,14 +113,14 @@ class _Relay:
             self.done.set_result("client_disconnect")
 
 
-def passthrough_route(conductor: Conductor, timeout: float) -> Handler:
+def passthrough_route(conductor: Books, timeout: float) -> Handler:
     """The handler for every route that is neither the conductor's nor syshaxd's own."""
 
     async def handle(request: Request, response: Response) -> None:
         rid = request_id(request) or uuid.uuid4().hex
         target = request.raw_path + (b"?" + request.query if request.query else b"")
         headers = [(k, v) for k, v in request.headers if k not in HOP_BY_HOP and k != b"x-request-id"]
-        engines = conductor.passthrough_engines()
+        engines = await conductor.passthrough_engines()
         started = time.monotonic()
         failure: ApiError | None = None
         for engine in engines:
@@ -126,7 +143,7 @@ def passthrough_route(conductor: Conductor, timeout: float) -> Handler:
     return handle
 
 
-async def _one(conductor: Conductor, engine: EngineClient, request: Request, response: Response, rid: str,
+async def _one(conductor: Books, engine: EngineClient, request: Request, response: Response, rid: str,
                target: bytes, headers: list[tuple[bytes, bytes]], timeout: float) -> str:
     token = conductor.hold(engine)
     relay = _Relay(response, rid)
@@ -149,6 +166,34 @@ async def _one(conductor: Conductor, engine: EngineClient, request: Request, res
             raise
     finally:
         conductor.unhold(engine, token)
+
+
+def forward_route(daemon: ConnectionPool, timeout: float) -> Handler:
+    """A worker's handler for the daemon's own routes (health, metrics, models, docs): the
+    request goes to the daemon's API as the client sent it, the answer comes back as is."""
+
+    async def handle(request: Request, response: Response) -> None:
+        rid = request_id(request) or uuid.uuid4().hex
+        target = request.raw_path + (b"?" + request.query if request.query else b"")
+        extra = b"".join(b"%s: %s\r\n" % (k, v) for k, v in request.headers
+                         if k not in HOP_BY_HOP and k != b"x-request-id")
+        wire = (b"%s %s HTTP/1.1\r\nhost: syshaxd\r\ncontent-length: %d\r\nx-request-id: %s\r\n%s\r\n"
+                % (request.method.encode(), target, len(request.body), rid.encode("latin-1"), extra) + request.body)
+        relay = _Relay(response, rid, final=True)
+        try:
+            conn = await daemon.acquire()
+        except OSError as exc:
+            raise ApiError(503, f"syshaxd's daemon process cannot be reached: {describe_error(exc)}",
+                           type="service_unavailable") from None
+        relay.exchange = Exchange(daemon, wire, relay)
+        relay.exchange.start(conn)
+        try:
+            await asyncio.wait_for(asyncio.shield(relay.done), timeout)
+        except asyncio.TimeoutError:
+            relay.exchange.abort()
+            raise ApiError(504, f"the daemon did not answer within {timeout:g} s", type="timeout") from None
+
+    return handle
 
 
 def _openai_error(body: bytes) -> bool:

@@ -21,9 +21,8 @@ from collections.abc import Awaitable, Callable
 from typing import Any, cast
 
 import httptools
-from starlette.types import ASGIApp
 
-from syshaxd.api.asgi import Request, serve_asgi
+from syshaxd.api.asgi import Request
 from syshaxd.api.guard import MAX_HEADER_BYTES, Guard
 from syshaxd.api.response import Response, status_only
 from syshaxd.conductor import send_error
@@ -49,40 +48,34 @@ def _error(status: int, message: str, kind: str = "invalid_request_error", code:
 class ApiServer:
     """Routes, limits and the open connections of the API port."""
 
-    def __init__(self, routes: dict[str, Handler], fallback: ASGIApp, guard: Guard, max_body: int,
-                 passthrough: Handler | None = None) -> None:
+    def __init__(self, routes: dict[str, Handler], guard: Guard, max_body: int, default: Handler) -> None:
         self.routes = routes
-        self.fallback = fallback
-        self.passthrough = passthrough
+        self.default = default
         self.guard = guard
         self.max_body = max_body
         self.connections: set[HttpConnection] = set()
         self.accepting = True
-        self._server: asyncio.AbstractServer | None = None
+        self._servers: list[asyncio.AbstractServer] = []
         self._idle = asyncio.Event()
         self._idle.set()
 
     async def start(self, sock: socket.socket) -> None:
-        """Serve on a listening socket the daemon made."""
+        """Serve on a listening socket the daemon made (TCP or Unix; more than one may be served)."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=2048)
+        if sock.family == socket.AF_UNIX:
+            server = await loop.create_unix_server(lambda: HttpConnection(self), sock=sock, backlog=2048)
+        else:
+            server = await loop.create_server(lambda: HttpConnection(self), sock=sock, backlog=2048)
+        self._servers.append(server)
 
     @property
     def started(self) -> bool:
         """Whether the server listens."""
-        return self._server is not None and self._server.is_serving()
+        return any(server.is_serving() for server in self._servers)
 
     def handler(self, request: Request) -> Handler:
-        """The route for a request: the conductor's own, an engine's, or the FastAPI app."""
-        route = self.routes.get(request.path)
-        if route is not None:
-            return route
-        if self.passthrough is not None:
-            return self.passthrough
-        return self._asgi
-
-    def _asgi(self, request: Request, response: Response) -> Awaitable[None]:
-        return serve_asgi(self.fallback, request, response)
+        """The route for a request: its own, else the default (the engines', in the daemon)."""
+        return self.routes.get(request.path) or self.default
 
     def closed(self, conn: HttpConnection) -> None:
         """A connection is gone."""
@@ -103,8 +96,8 @@ class ApiServer:
     async def stop(self, grace: float) -> None:
         """Stop accepting; close idle connections now, busy ones after their answer, all after ``grace`` s."""
         self.accepting = False
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for conn in list(self.connections):
             conn.finish_soon()
         try:
@@ -113,8 +106,8 @@ class ApiServer:
             log.warning("%d API connections still open after %.0f s: closing them", len(self.connections), grace)
             for conn in list(self.connections):
                 conn.abort()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
 
 
 def _failed(request: Request, response: Response, exc: Exception) -> None:

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.dispatch import Dispatcher
-from syshaxd.conductor.flight import Flight
+from syshaxd.conductor.flight import BookedFlight, Flight
+from syshaxd.conductor.ledger import LedgerSession
+from syshaxd.conductor.remote import RemoteConductor, RemoteFlight
 from syshaxd.conductor.reply import (
            JSON,
            Headers,
@@ -20,5 +22,6 @@ from syshaxd.conductor.reply import (
            send_whole,
 )
 
-__all__ = ["JSON", "Conductor", "Dispatcher", "Flight", "Headers", "Pausable", "Reply", "Route", "request_id_header",
+__all__ = ["JSON", "BookedFlight", "Conductor", "Dispatcher", "Flight", "LedgerSession", "RemoteConductor",
+           "RemoteFlight", "Headers", "Pausable", "Reply", "Route", "request_id_header",
            "send_error", "send_whole"]

@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from syshaxd.conductor.admission import AdmissionQueue
 from syshaxd.conductor.books import Books
-from syshaxd.conductor.flight import Flight
+from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import Config
 from syshaxd.engines import EngineClient
@@ -147,7 +147,7 @@ class Conductor:
         best = pick_engine(snap, device)
         return self._engines[best.name] if best is not None else None
 
-    def try_route(self, flight: Flight) -> Route | ApiError | None:
+    def try_route(self, flight: BookedFlight) -> Route | ApiError | None:
         """Ask the policy and reserve engines; None means wait for capacity."""
         snap = self.live_snapshot()
         decision = self.policy()(snap, flight.features, self.runtime.limits())
@@ -180,7 +180,7 @@ class Conductor:
         up = self._pick(snap, decision.device, decision.engine)
         return (up,) if up is not None else None
 
-    def _record(self, flight: Flight, decision: Decision, engines: tuple[EngineClient, ...]) -> None:
+    def _record(self, flight: BookedFlight, decision: Decision, engines: tuple[EngineClient, ...]) -> None:
         model = DecisionModel(
             time=time.time(),
             request_id=flight.request_id,
@@ -211,7 +211,15 @@ class Conductor:
         other: Device = "cpu" if failed.device == "gpu" else "gpu"
         return self._pick(self.live_snapshot(), other)
 
-    def passthrough_engines(self) -> list[EngineClient]:
+    def engines_by_name(self) -> dict[str, EngineClient]:
+        """Every engine the conductor routes to, by name."""
+        return dict(self._engines)
+
+    async def passthrough_engines(self) -> list[EngineClient]:
+        """See :meth:`passthrough_order` (awaitable, as a worker's must be)."""
+        return self.passthrough_order()
+
+    def passthrough_order(self) -> list[EngineClient]:
         """Engines to try for a route the conductor does not route itself, best first: the GPU's
         usable engines, least loaded first, then the CPU's.
 
@@ -242,11 +250,13 @@ class Conductor:
     # -- a request from start to end -------------------------------------------------
 
     def new_flight(self, parsed: ParsedRequest, forced_mode: Mode | None = None,
-                   request_id: str | None = None) -> Flight:
+                   request_id: str | None = None, process: str = "0") -> BookedFlight:
         """Start accounting for a request: a flight bound to the books.
 
         ``request_id`` is the client's ``X-Request-ID`` when it sent one; else one is made.
+        ``process`` is the API process that took it (a worker's number, or 0: this one).
         """
+        self.books.stats.taken(process)
         request_id = request_id or os.urandom(16).hex()
         features = RequestFeatures(
             prompt_tokens=parsed.prompt_tokens,
@@ -256,12 +266,12 @@ class Conductor:
             has_num_decode_tokens=parsed.has_num_decode_tokens,
             request_id=request_id,
         )
-        flight = Flight(request_id, parsed, features, deadline=time.monotonic() + self.request_timeout,
+        flight = BookedFlight(request_id, parsed, features, deadline=time.monotonic() + self.request_timeout,
                         books=self.books, router=self)
         self.books.opened(flight)
         return flight
 
-    def try_admit(self, flight: Flight) -> Route | None:
+    def try_admit(self, flight: BookedFlight) -> Route | None:
         """A route now, when nobody waits ahead and there is capacity; None means :meth:`admit`.
 
         Raises:
@@ -274,7 +284,7 @@ class Conductor:
             raise routed
         return routed
 
-    async def admit(self, flight: Flight) -> Route:
+    async def admit(self, flight: BookedFlight) -> Route:
         """Wait for a route (429 when the queue is full, 504 after the request timeout)."""
         routed_now = self.try_admit(flight)
         if routed_now is not None:

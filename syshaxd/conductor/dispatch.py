@@ -17,10 +17,10 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Coroutine, Sequence
-from typing import Any
+from typing import Any, Generic, Protocol, TypeVar
 
 from syshaxd.conductor.assemble import assemble, streaming_body
-from syshaxd.conductor.conductor import Conductor, Route
+from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import BodyRelay, Relay, StreamRelay
 from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
@@ -37,10 +37,33 @@ log = logging.getLogger("syshaxd.conductor")
 STREAM_UPSTREAM = frozenset({"llamacpp"})
 
 
-class Dispatcher:
+F = TypeVar("F", bound=Flight)
+
+
+class Admission(Protocol[F]):
+    """Where flights come from and are let in: the :class:`~syshaxd.conductor.Conductor` in the
+    daemon, a :class:`~syshaxd.conductor.remote.RemoteConductor` in a worker process."""
+
+    request_timeout: float
+
+    def new_flight(self, parsed: ParsedRequest, forced_mode: Mode | None = None,
+                   request_id: str | None = None) -> F:
+        """Start accounting for a request."""
+        ...
+
+    def try_admit(self, flight: F) -> Route | None:
+        """A route now, or None: wait with :meth:`admit`."""
+        ...
+
+    async def admit(self, flight: F) -> Route:
+        """Wait for a route."""
+        ...
+
+
+class Dispatcher(Generic[F]):
     """Runs routed requests against engines."""
 
-    def __init__(self, conductor: Conductor, engines: Sequence[EngineClient], handoff: Handoff) -> None:
+    def __init__(self, conductor: Admission[F], engines: Sequence[EngineClient], handoff: Handoff) -> None:
         self.conductor = conductor
         self.engines = tuple(engines)
         self.split = Split(handoff, whole=self.whole, timeout=self._timeout)
@@ -73,7 +96,7 @@ class Dispatcher:
                 return None
         return self.serve(flight, reply, route)
 
-    async def serve(self, flight: Flight, reply: Reply, route: Route | None = None) -> None:
+    async def serve(self, flight: F, reply: Reply, route: Route | None = None) -> None:
         """Answer ``flight`` (waiting for a route first when it has none)."""
         try:
             if route is None:
@@ -171,7 +194,7 @@ class Dispatcher:
             flight.finish("rejected")
             return
         if isinstance(exc, EngineFailure):
-            other = flight.resubmit(up)
+            other = await flight.resubmit(up)
             if other is not None:
                 await self.whole(flight, other, flight.parsed.raw, {}, reply, failed=exc)
                 return

@@ -4,13 +4,16 @@ A flight is bound to the conductor's books when it is made (:meth:`Conductor.new
 Dispatch and every handoff talk to the flight -- ``first_byte``, ``release(engine)``,
 ``reask``, ``resubmit``, ``finish(outcome)`` -- and never to the conductor: the flight
 changes the counts, undoes exactly what it did, and writes the request's record once.
+
+:class:`Flight` is what dispatch may do with one; :class:`BookedFlight` keeps the books in
+this process, :class:`~syshaxd.conductor.remote.RemoteFlight` in a worker process tells the
+daemon's books over the ledger (``services.conductor.workers``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -36,9 +39,50 @@ class Router(Protocol):
         ...
 
 
+class Flight(Protocol):
+    """A request being served, as dispatch and the handoffs see it."""
+
+    request_id: str
+    parsed: ParsedRequest
+    features: RequestFeatures
+
+    def remaining(self) -> float:
+        """Seconds left before the request times out (never negative)."""
+        ...
+
+    def first_byte(self, engine: EngineClient) -> None:
+        """The engine started answering."""
+        ...
+
+    def answering(self, engine: EngineClient) -> None:
+        """The engine sent more of the answer."""
+        ...
+
+    def release(self, engine: EngineClient) -> None:
+        """This engine's part is over."""
+        ...
+
+    async def reask(self, features: RequestFeatures) -> Decision:
+        """The policy's decision for the request now, mid-way."""
+        ...
+
+    async def resubmit(self, failed: EngineClient) -> EngineClient | None:
+        """An engine on the other device, reserved, for one that failed before any byte."""
+        ...
+
+    def rerouted(self, engine: EngineClient, why: str) -> None:
+        """The whole request now runs on ``engine``."""
+        ...
+
+    def finish(self, outcome: str, tokens: int | None = None) -> None:
+        """The request ended (any way): release everything, once."""
+        ...
+
+
 @dataclass(eq=False)
-class Flight:
-    """A request being served: what it holds is always released exactly once."""
+class BookedFlight:
+    """A request being served against this process's books: what it holds is always released
+    exactly once."""
 
     request_id: str
     parsed: ParsedRequest
@@ -54,7 +98,6 @@ class Flight:
     finished: bool = False
     _holds: set[str] = field(default_factory=set)  # engine names counted in inflight
     _unstarted: set[str] = field(default_factory=set)  # ... and still counted in scheduled
-    _closers: list[Callable[[], None]] = field(default_factory=list)
 
     @property
     def forced_mode(self) -> Mode | None:
@@ -64,10 +107,6 @@ class Flight:
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
         return max(0.0, self.deadline - time.monotonic())
-
-    def holds(self, engine: EngineClient) -> bool:
-        """Whether this request is counted against ``engine``."""
-        return engine.name in self._holds
 
     # -- the engines it holds ----------------------------------------------------------
 
@@ -118,11 +157,15 @@ class Flight:
 
     # -- asking the conductor's routing ------------------------------------------------
 
-    def reask(self, features: RequestFeatures) -> Decision:
+    async def reask(self, features: RequestFeatures) -> Decision:
         """Ask the policy again mid-request (the CPU stopped at its token limit)."""
         return self.router.reask(features)
 
-    def resubmit(self, failed: EngineClient) -> EngineClient | None:
+    async def resubmit(self, failed: EngineClient) -> EngineClient | None:
+        """See :meth:`take_other`."""
+        return self.take_other(failed)
+
+    def take_other(self, failed: EngineClient) -> EngineClient | None:
         """Once per request: an engine on the other device, reserved, for an engine that failed
         before the client saw a byte; None when already resubmitted or none is usable."""
         if self.resubmitted:
@@ -145,17 +188,11 @@ class Flight:
 
     # -- the end -----------------------------------------------------------------------
 
-    def on_finish(self, close: Callable[[], None]) -> None:
-        """Call ``close`` when the request ends, however it ends (closes an open engine response)."""
-        self._closers.append(close)
-
     def finish(self, outcome: str, tokens: int | None = None) -> None:
         """The request ended (any way): release everything, record it once, log one line."""
         if self.finished:
             return
         self.finished = True
-        for close in self._closers:
-            close()
         released = False
         for name in list(self._holds):
             released = self._release(name) or released

@@ -63,6 +63,9 @@ class Stats:
         )
         self.m_queue = Gauge("syshax_queue_depth", "Requests waiting for capacity", registry=r)
         self.m_inflight = Gauge("syshax_inflight", "Requests in flight per engine", ["engine"], registry=r)
+        self.m_process = PromCounter(
+            "syshax_process_requests", "Requests each API process took (0: the daemon, 1...: workers)", ["process"],
+            registry=r)
         self.m_engine_state = Gauge(
             "syshax_engine_state", "1 for the engine's current state", ["engine", "state"], registry=r
         )
@@ -76,6 +79,10 @@ class Stats:
         if series is None:
             series = self._series[key] = metric.labels(*labels)
         return series
+
+    def taken(self, process: str) -> None:
+        """Count a request API process ``process`` took (``services.conductor.workers``)."""
+        self._series_of(self.m_process, process).inc()
 
     def record_decision(self, decision: DecisionModel) -> None:
         """Remember a routing decision."""

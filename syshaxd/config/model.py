@@ -69,26 +69,20 @@ class GpuService(DeviceService):
     """The GPU engines (default port 8001, as in sysHAX's guide)."""
 
     port: int = Field(default=8001, ge=1, le=65535, description="Engine port")
-    name: str | None = Field(
-        default="gpu0", description="Name of the main engine in the console and logs"
-    )
+    name: str | None = Field(default="gpu0", description="Name of the main engine in the console and logs")
 
 
 class CpuService(DeviceService):
     """The CPU engines (default port 8002, as in sysHAX's guide)."""
 
     port: int = Field(default=8002, ge=1, le=65535, description="Engine port")
-    name: str | None = Field(
-        default="cpu0", description="Name of the main engine in the console and logs"
-    )
+    name: str | None = Field(default="cpu0", description="Name of the main engine in the console and logs")
 
 
 class ConductorService(_Strict):
     """The conductor's own OpenAI-compatible HTTP API."""
 
-    host: str = Field(
-        default="127.0.0.1", description="Bind address of the OpenAI API (127.0.0.1 = local only)"
-    )
+    host: str = Field(default="127.0.0.1", description="Bind address of the OpenAI API (127.0.0.1 = local only)")
     port: int = Field(default=8010, ge=1, le=65535, description="Port of the OpenAI API")
     api_key: SecretStr | None = Field(
         default=None,
@@ -100,6 +94,11 @@ class ConductorService(_Strict):
         ge=1024,
         le=1024**3,
         description="Largest request body accepted (413 above)",
+    )
+    workers: int = Field(
+        default=1, ge=1, le=64,
+        description="Processes serving the API port: 1 is the daemon alone; each further worker "
+        "relays on its own core while the daemon keeps the one set of books (see docs/architecture.md)",
     )
 
     def url(self) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from syshaxd.engines.base import Dialect, SlotsReading
 from syshaxd.engines.client import EngineClient
-from syshaxd.engines.connection import ConnectionLost, Sink, set_nodelay
+from syshaxd.engines.connection import ConnectionLost, ConnectionPool, Sink, set_nodelay
 from syshaxd.engines.exchange import EngineResponse, Exchange, engine_events
 from syshaxd.engines.failures import (
     EngineFailure,
@@ -44,7 +44,7 @@ def get_dialect(name: str) -> Dialect:
 
 
 __all__ = [
-    "DIALECTS", "ConnectionLost", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "EngineResponse",
+    "DIALECTS", "ConnectionLost", "ConnectionPool", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "EngineResponse",
     "Exchange", "MetricSet", "MetricsParseError", "RateTracker", "Sink", "SlotsReading", "describe_error",
     "describe_http_error", "engine_events", "get_dialect", "json_answer", "set_nodelay",
 ]  # fmt: skip

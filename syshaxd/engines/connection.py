@@ -176,10 +176,11 @@ class EngineConnection(asyncio.Protocol):
 class ConnectionPool:
     """Idle keep-alive connections to one engine, newest first, at a constant cost per request."""
 
-    def __init__(self, host: str, port: int, *, max_idle: int = 512, keepalive_expiry: float = KEEPALIVE_EXPIRY,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, host: str, port: int, *, unix_path: str | None = None, max_idle: int = 512,
+                 keepalive_expiry: float = KEEPALIVE_EXPIRY, clock: Callable[[], float] = time.monotonic) -> None:
         self.host = host
         self.port = port
+        self.unix_path = unix_path  # a Unix socket instead of host:port (a worker's way to the daemon)
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._clock = clock
@@ -224,9 +225,12 @@ class ConnectionPool:
         if idle is not None:
             return idle
         loop = asyncio.get_running_loop()
+        if self.unix_path is not None:
+            connecting = loop.create_unix_connection(lambda: EngineConnection(self), self.unix_path)
+        else:
+            connecting = loop.create_connection(lambda: EngineConnection(self), self.host, self.port)
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: EngineConnection(self), self.host, self.port), CONNECT_TIMEOUT)
+            _, conn = await asyncio.wait_for(connecting, CONNECT_TIMEOUT)
         except asyncio.TimeoutError:
             raise TimeoutError(f"no connection within {CONNECT_TIMEOUT:g} s") from None
         if self.closed:  # closed while connecting: nobody would close this one

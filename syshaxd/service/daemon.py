@@ -44,6 +44,7 @@ from syshaxd.service.servers import (
 )
 from syshaxd.service.startup import startup_check
 from syshaxd.service.wiring import Parts, build_parts
+from syshaxd.service.workers import Workers
 
 log = logging.getLogger("syshaxd")
 
@@ -97,6 +98,7 @@ class Daemon:
         #: RSS when first ready (None until ready).
         self.rss_start: int | None = None
         self.parts: Parts | None = None
+        self.workers: Workers | None = None
         self._stop = asyncio.Event()
         self._force = asyncio.Event()
         self._reload_lock = asyncio.Lock()
@@ -135,12 +137,18 @@ class Daemon:
             loop.add_signal_handler(sig, self.request_stop, sig)
         loop.add_signal_handler(signal.SIGHUP, lambda: self._spawn(self._reload_on_signal()))
         await parts.start()
+        self.workers = workers = Workers(self.config, parts.conductor, parts.own_paths)
         try:
             await parts.api.start(api_sock)
+            if workers.enabled:
+                await parts.api.start(workers.info_socket())  # what workers forward: health, metrics, ...
+                await workers.start(api_sock)
             servers = {"control API": controls.serve()}
             await wait_started({controls.servers[0]: servers["control API"]})
-            log.info("syshaxd ready: API on %s, control socket %s, %d engines, policy %s",
-                     describe(api_sock), controls.path, len(self.specs), self.runtime.policy_name)
+            processes = workers.count + 1
+            log.info("syshaxd ready: API on %s (%d process%s), control socket %s, %d engines, policy %s",
+                     describe(api_sock), processes, "es" if processes > 1 else "", controls.path, len(self.specs),
+                     self.runtime.policy_name)
             self.rss_start = current_rss()
             self.notifier.ready(self.status_text())
             self._start_background(ctx, controls)
@@ -156,6 +164,7 @@ class Daemon:
             for task in self._tasks:
                 task.cancel()
             await asyncio.gather(*self._tasks, return_exceptions=True)
+            await workers.close()
             await parts.stop()
             for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
                 loop.remove_signal_handler(sig)
@@ -171,7 +180,7 @@ class Daemon:
             log.info("using the socket-activated API socket %s", describe(sock))
             return sock
         svc = self.config.services.conductor
-        return bind_tcp(svc.host, svc.port)
+        return bind_tcp(svc.host, svc.port, reuse_port=svc.workers > 1)
 
     async def _shutdown(self, controls: ControlSockets, grace: float) -> None:
         inflight = sum(self._parts.conductor.inflight().values())
@@ -181,6 +190,8 @@ class Daemon:
         self.bus.close()  # ends every event stream, so the control server can close
         controls.exit()
         api = asyncio.create_task(self._parts.api.stop(grace + API_GRACE_MARGIN))
+        assert self.workers is not None
+        workers = asyncio.create_task(self.workers.stop(grace + API_GRACE_MARGIN))
         draining = asyncio.create_task(self._parts.drain(grace))
         force = asyncio.create_task(self._force.wait())
         await asyncio.wait([draining, force], return_when=asyncio.FIRST_COMPLETED)
@@ -192,7 +203,8 @@ class Daemon:
             await self._parts.drain(0)
             api.cancel()
             self._parts.api.abort_all()
-        await asyncio.gather(api, *controls.tasks, return_exceptions=True)
+            self.workers.kill()
+        await asyncio.gather(api, workers, *controls.tasks, return_exceptions=True)
         log.info("syshaxd stopped")
 
     # -- signals, reload, status -----------------------------------------------------

@@ -75,8 +75,12 @@ async def wait_started(servers: dict[SignalFreeServer, asyncio.Task[None]]) -> N
         await asyncio.sleep(0.01)
 
 
-def bind_tcp(host: str, port: int, what: str = "services.conductor") -> socket.socket:
-    """A listening, non-blocking TCP socket, or BindError saying why not."""
+def bind_tcp(host: str, port: int, what: str = "services.conductor", *, reuse_port: bool = False) -> socket.socket:
+    """A listening, non-blocking TCP socket, or BindError saying why not.
+
+    ``reuse_port``: further sockets may listen on the same address (``SO_REUSEPORT``), each
+    taking its share of new connections: one per API worker process.
+    """
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as exc:
@@ -86,6 +90,8 @@ def bind_tcp(host: str, port: int, what: str = "services.conductor") -> socket.s
     sock = socket.socket(family, socket.SOCK_STREAM, proto or socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(1024)
     except OSError as exc:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from syshaxd.api import ApiServer, create_api_server
-from syshaxd.conductor import Conductor, Dispatcher
+from syshaxd.api import ApiServer, create_api_server, create_info_app, own_paths
+from syshaxd.conductor import BookedFlight, Conductor, Dispatcher
 from syshaxd.config import Config, RuntimeConfig, engine_specs
 from syshaxd.control import EventBus
 from syshaxd.engines import EngineClient
@@ -27,9 +27,10 @@ class Parts:
     engines: dict[str, EngineClient]
     monitor: Monitor
     conductor: Conductor
-    dispatcher: Dispatcher
+    dispatcher: Dispatcher[BookedFlight]
     vitals: Vitals
     api: ApiServer
+    own_paths: frozenset[str]  # syshaxd's own routes on the API port (workers forward them here)
 
     async def start(self) -> None:
         """Start polling, admitting and measuring (inside the running loop)."""
@@ -67,5 +68,7 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     runtime.on_change(lambda _change: conductor.kick())
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
-    api = create_api_server(dispatcher, conductor, list(engines.values()), config)
-    return Parts(engines=engines, monitor=monitor, conductor=conductor, dispatcher=dispatcher, vitals=vitals, api=api)
+    info = create_info_app(conductor, list(engines.values()))
+    api = create_api_server(dispatcher, conductor, config, info)
+    return Parts(engines=engines, monitor=monitor, conductor=conductor, dispatcher=dispatcher, vitals=vitals, api=api,
+                 own_paths=own_paths(info))

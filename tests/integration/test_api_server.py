@@ -7,7 +7,6 @@ import socket
 from collections.abc import AsyncIterator, Awaitable
 
 import pytest
-from fastapi import FastAPI
 
 from syshaxd.api.asgi import Request
 from syshaxd.api.guard import Guard
@@ -34,10 +33,18 @@ async def streamed(request: Request, response: Response) -> None:
     response.end()
 
 
+def missing(request: Request, response: Response) -> None:
+    """What no route answers: a 404 naming the path."""
+    body = b"no route " + request.path.encode()
+    response.start(404, [(b"content-type", b"text/plain")], len(body))
+    response.write(body)
+    response.end()
+
+
 @pytest.fixture
 async def server() -> AsyncIterator[tuple[ApiServer, int]]:
     sock = bind_tcp("127.0.0.1", 0)
-    api = ApiServer({"/echo": echo, "/stream": streamed}, FastAPI(), Guard(None), max_body=1024)
+    api = ApiServer({"/echo": echo, "/stream": streamed}, Guard(None), max_body=1024, default=missing)
     await api.start(sock)
     try:
         yield api, sock.getsockname()[1]
@@ -86,6 +93,12 @@ async def test_keep_alive_and_pipelined_requests_are_answered_in_order(server: t
     out = await exchange(port, requests, until=b"/echo 2")
     assert out.count(b"HTTP/1.1 200 OK") == 3
     assert out.index(b"/echo 0") < out.index(b"/echo 1") < out.index(b"/echo 2")
+
+
+async def test_a_path_no_route_serves_goes_to_the_default(server: tuple[ApiServer, int]) -> None:
+    _, port = server
+    out = await exchange(port, b"GET /nowhere HTTP/1.1\r\nhost: x\r\n\r\n", until=b"no route /nowhere")
+    assert out.startswith(b"HTTP/1.1 404 ")
 
 
 async def test_a_stream_is_chunked_for_http_1_1_and_closed_for_http_1_0(server: tuple[ApiServer, int]) -> None:

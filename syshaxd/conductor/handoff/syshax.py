@@ -76,4 +76,4 @@ async def run(ctx: SplitContext) -> AsyncIterator[Piece]:
         if finish != SCHEDULED:
             return
         ctx.notes.append(f"scheduled after {generated} tokens")
-        decision = ctx.flight.reask(replace(ctx.flight.features, generated_tokens=generated))
+        decision = await ctx.flight.reask(replace(ctx.flight.features, generated_tokens=generated))
