@@ -52,12 +52,17 @@ class Stack:
     engine: str = ""
 
     def proxy_cpu(self, name: str) -> float:
-        """CPU seconds (user + system, from /proc) a proxy has used so far; 0 for the direct path."""
+        """CPU seconds (user + system, from /proc) a proxy has used so far, its worker processes
+        included; 0 for the direct path."""
         pid = self.pids.get(name)
         if pid is None:
             return 0.0
-        times = psutil.Process(pid).cpu_times()
-        return float(times.user + times.system)
+        process = psutil.Process(pid)
+        total = 0.0
+        for each in (process, *process.children(recursive=True)):
+            times = each.cpu_times()
+            total += times.user + times.system
+        return total
 
     def engine_first_bytes(self) -> list[float]:
         """Seconds from each request's arrival to its first byte, as the engine itself measured."""
@@ -96,10 +101,10 @@ class _Procs:
             log.close()
 
 
-def _daemon(procs: _Procs, name: str, gpu: int, cpu: int) -> tuple[str, int]:
+def _daemon(procs: _Procs, name: str, gpu: int, cpu: int, workers: int = 1) -> tuple[str, int]:
     api = free_port()
     config = {
-        "services": {"gpu": {"port": gpu}, "cpu": {"port": cpu}, "conductor": {"port": api}},
+        "services": {"gpu": {"port": gpu}, "cpu": {"port": cpu}, "conductor": {"port": api, "workers": workers}},
         # The proxy is measured, not the policy's limits: no request waits for capacity.
         "decider": {"policy": "gpu-only", "gpu_max_batch_size": 4096, "cpu_max_batch_size": 4096},
         "system": {"max_queue_size": 100_000},
@@ -118,8 +123,9 @@ def _daemon(procs: _Procs, name: str, gpu: int, cpu: int) -> tuple[str, int]:
 
 
 @contextmanager
-def proxies(tmp: Path, router: str | None, ttft: float, interval: float) -> Iterator[Stack]:
-    """The fake engine, syshaxd and (when given) vllm-router; all stopped on the way out."""
+def proxies(tmp: Path, router: str | None, ttft: float, interval: float, workers: int = 1) -> Iterator[Stack]:
+    """The fake engine, syshaxd (and, with ``workers`` > 1, a second one with that many API
+    processes) and (when given) vllm-router; all stopped on the way out."""
     procs = _Procs(tmp)
     stack = Stack()
     try:
@@ -130,6 +136,9 @@ def proxies(tmp: Path, router: str | None, ttft: float, interval: float) -> Iter
         wait_http(f"{stack.engine}/health", proc=engine)
         stack.urls["direct"] = stack.engine
         stack.urls["syshax"], stack.pids["syshax"] = _daemon(procs, "syshaxd", port, port)
+        if workers > 1:
+            name = f"syshax-w{workers}"
+            stack.urls[name], stack.pids[name] = _daemon(procs, name, port, port, workers)
         if router:
             rport = free_port()
             rproc = procs.start("vllm-router", [router, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls",

@@ -69,7 +69,7 @@ def plot(report: dict[str, Any], path: Path) -> Path | None:
     if not streamed:
         return None
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    for name in (n for n in ("syshax", ROUTER) if n in streamed[0][1]):
+    for name in (n for n in streamed[0][1] if n != "direct"):
         xs = [c for c, _ in streamed]
         left.plot(xs, [_added(per, name) for _, per in streamed], marker="o", label=name)
         right.plot(xs, [per[name]["cpu_ms_per_request"] for _, per in streamed], marker="o", label=name)

@@ -134,12 +134,12 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start everything, measure, stop everything."""
     router = None if args.no_router else ensure_router()
     with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp:
-        with proxies(Path(tmp), router, args.ttft, args.interval) as stack:
+        with proxies(Path(tmp), router, args.ttft, args.interval, args.workers) as stack:
             with Progress(console=console, transient=True) as progress:
                 rows = await run_cases(stack, args, progress)
             check = baseline_check(stack, rows, args.tolerance)
         idle = idle_cost(Path(tmp), 3.0 if args.quick else args.idle_seconds)
-    return {"engine": {"ttft_s": args.ttft, "interval_s": args.interval, "tokens": TOKENS},
+    return {"engine": {"ttft_s": args.ttft, "interval_s": args.interval, "tokens": TOKENS}, "workers": args.workers,
             "repetitions": args.reps, "router_version": ROUTER_VERSION if router else None,
             "baseline": check, "cases": rows, "idle": idle,
             "targets": judge(rows, idle) if check["ok"] else []}
@@ -190,6 +190,8 @@ def main() -> int:
     parser.add_argument("--ttft", type=float, default=0.01, help="the fake engine's first-chunk delay (s)")
     parser.add_argument("--interval", type=float, default=0.01, help="the fake engine's inter-chunk time (s)")
     parser.add_argument("--tolerance", type=float, default=2.0, help="direct vs engine TTFT, ms (default 2)")
+    parser.add_argument("--workers", type=int, default=2,
+                        help="also measure syshaxd with this many API processes (1: skip; default 2)")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="how long idle CPU is measured")
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = parser.parse_args()
