@@ -5,7 +5,7 @@ for it: requests read :meth:`Monitor.snapshot`, which only returns the latest pi
 (sysHAX 0.2 scraped from the request path, and under load its scrapes piled up.)
 
 Each round starts a scrape of every engine that is not still busy with the previous one,
-all concurrently on one pooled ``httpx.AsyncClient``, each bounded by
+all concurrently over the engines' keep-alive connections (:mod:`~syshaxd.monitor.fetch`), each bounded by
 ``monitor.scrape_timeout``. An engine without a fresh, readable answer in a round has
 missed a scrape: after ``stale_after`` misses in a row it is STALE (its numbers are kept
 but old), after ``down_after`` it is DOWN. A refused connection means nothing listens, so

@@ -208,3 +208,15 @@ def test_workers_stop_when_the_daemon_dies(make_stack: Callable[..., Stack]) -> 
                                       for pid in pids), timeout=10)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{stack.url}/health", timeout=5)
+
+
+def test_workers_share_the_socket_systemd_passed(make_stack: Callable[..., Stack]) -> None:
+    # Socket activation without ReusePort=yes: one listening socket, passed to the daemon; the
+    # worker accepts from that very socket, and every request is answered and counted once.
+    stack = make_stack(policy="gpu-only", config=TWO, activated=True)
+    assert wait_until(lambda: "the shared API socket" in stack.log_text())
+    assert len(worker_pids(stack)) == 1
+    assert asyncio.run(burst(stack.url, 32)) == 32
+    counts = taken(stack)
+    assert counts["0"] + counts["1"] == 32, counts
+    assert wait_until(lambda: stack.metric("syshax_inflight") == 0)

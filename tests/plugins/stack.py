@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -105,6 +106,19 @@ def _write_config(tmp_path: Path, data: dict[str, Any]) -> Path:
     return config_path
 
 
+#: Put the socket at fd 3 and name this very process in LISTEN_PID, then become the daemon.
+_ACTIVATE = ("import os, sys; fd = int(sys.argv[1]); fd != 3 and os.dup2(fd, 3); "
+             "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); os.execv(sys.argv[2], sys.argv[2:])")
+
+
+def _activated(argv: list[str], port: int, log: Any, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start ``argv`` with a listening socket on ``port`` passed as systemd does (fd 3, LISTEN_PID)."""
+    with socket.create_server(("127.0.0.1", port), backlog=128) as sock:
+        fd = sock.fileno()
+        return subprocess.Popen([sys.executable, "-c", _ACTIVATE, str(fd), *argv], pass_fds=(fd,), stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+
+
 @contextmanager
 def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
     """Start stacks under ``tmp_path``; stop every process they started on exit."""
@@ -125,12 +139,15 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         pair: bool = True,
         slot_dir: Path | None = None,
         engine_ports: tuple[int, int] | None = None,
+        activated: bool = False,
     ) -> Stack:
         """Start engines (one process for a pair, else one each) and syshaxd.
 
         ``slot_dir`` is the engines' ``--slot-save-path`` (llama.cpp dialect, llamacpp-slots).
         ``engine_ports``: GPU and CPU engines the test runs itself (e.g. a fake that records
-        what it receives); no simulator is started then.
+        what it receives); no simulator is started then. ``activated``: the API socket is made
+        here and passed as systemd's socket activation passes it (``LISTEN_FDS``, fd 3, no
+        ``SO_REUSEPORT``).
         """
         gpu_port, cpu_port = engine_ports or (free_port(), free_port())
         api_port = free_port()
@@ -161,10 +178,11 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         logs.append(daemon_log)
         run_env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
         run_env.update({"XDG_RUNTIME_DIR": str(tmp_path / "xdg"), **(env or {})})
-        daemon = subprocess.Popen(
-            [sys.executable, "-m", "syshaxd", "--config", str(config_path)],
-            stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env,
-        )
+        argv = [sys.executable, "-m", "syshaxd", "--config", str(config_path)]
+        if activated:
+            daemon = _activated(argv, api_port, daemon_log, run_env)
+        else:
+            daemon = subprocess.Popen(argv, stdout=daemon_log, stderr=subprocess.STDOUT, env=run_env)
         procs.append(daemon)
         url = f"http://127.0.0.1:{api_port}"
         wait_http(f"{url}/health", proc=daemon)
