@@ -157,8 +157,7 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
             (gpu_port, cpu_port), (gpu_profile, cpu_profile), dialect, speed, pair, slot_dir)
         engines = []
         for command in commands:
-            proc = subprocess.Popen([sys.executable, "-m", "sim", *command],
-                                    stdout=sim_log, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen([sys.executable, "-m", "sim", *command], stdout=sim_log, stderr=subprocess.STDOUT)
             procs.append(proc)
             engines.append(proc)
         gpu_url, cpu_url = f"http://127.0.0.1:{gpu_port}", f"http://127.0.0.1:{cpu_port}"
