@@ -147,12 +147,12 @@ def test_request_ids_travel_from_the_client_to_the_engine_and_back(make_stack: C
                           json={"messages": MESSAGES, "max_tokens": 3, "stream": stream}, timeout=30) as response:
             response.read()
             assert response.headers["x-request-id"] == sent
-        assert f"id={sent} " in stack.log_text()
+        assert wait_until(lambda sent=sent: f"id={sent} " in stack.log_text())  # logged just after the answer
     # No id from the client: syshax makes one, logs it, and tells the client.
     response = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3},
                           timeout=30)
     made = response.headers["x-request-id"]
-    assert len(made) >= 16 and f"id={made} " in stack.log_text()
+    assert len(made) >= 16 and wait_until(lambda: f"id={made} " in stack.log_text())
     # A header that is no usable id is replaced, not passed on.
     response = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 3},
                           headers={"X-Request-ID": "bad id with spaces"}, timeout=30)
