@@ -2,25 +2,16 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx
 import openai
 import pytest
 
+from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def test_engine_down_at_start_does_not_affect_the_other(make_stack: Callable[..., Stack]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import socket
 import threading
-import time
 from collections.abc import Callable
 
 import httpx
@@ -14,18 +13,10 @@ import pytest
 
 from syshaxd.conductor.admission import AdmissionQueue
 from syshaxd.errors import ApiError
+from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 @pytest.mark.parametrize("warm", [False, True], ids=["new-connection", "pooled-connection"])

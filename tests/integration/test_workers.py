@@ -22,19 +22,11 @@ import psutil
 import pytest
 
 from tests.plugins.burst import burst
+from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
 TWO = {"services": {"conductor": {"workers": 2}}}
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
 
 
 def worker_pids(stack: Stack) -> list[int]:

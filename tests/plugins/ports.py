@@ -8,7 +8,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -16,7 +16,7 @@ import pytest
 from bench._common import free_port as _kernel_port
 from bench._common import wait_http
 
-__all__ = ["free_port", "stop_process", "stop_processes", "wait_http"]
+__all__ = ["free_port", "stop_process", "stop_processes", "wait_http", "wait_until"]
 
 
 #: Under pytest-xdist each worker ("gw0", "gw1", ...) picks from its own block of ports below
@@ -89,6 +89,16 @@ def stop_processes(procs: Iterable[subprocess.Popen[bytes]], grace: float = 15.0
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> bool:
+    """Poll ``check`` every 50 ms until it holds or ``timeout`` passes; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
 
 
 @pytest.fixture

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -15,18 +14,6 @@ from sim import textgen
 from sim.launch import EngineHandle, start_engine
 
 MESSAGES = [{"role": "user", "content": "Tell me about rivers, please."}]
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[EngineHandle]:
-    with start_engine("tiny", speed=50.0) as (_, handle):
-        yield handle
-
-
-@pytest.fixture
-def client(engine: EngineHandle) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{engine.url}/v1", api_key="none", max_retries=0) as c:
-        yield c
 
 
 def test_chat_non_streaming(client: openai.OpenAI) -> None:

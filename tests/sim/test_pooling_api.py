@@ -18,21 +18,9 @@ DIM = 1024  # the tiny profile's hidden size
 
 
 @pytest.fixture(scope="module")
-def engine() -> Iterator[EngineHandle]:
-    with start_engine("tiny", speed=50.0) as (_, handle):
-        yield handle
-
-
-@pytest.fixture(scope="module")
 def v0() -> Iterator[EngineHandle]:
     with start_engine("tiny", speed=50.0, dialect="vllm-v0") as (_, handle):
         yield handle
-
-
-@pytest.fixture
-def client(engine: EngineHandle) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{engine.url}/v1", api_key="none", max_retries=0) as c:
-        yield c
 
 
 def test_embeddings_with_the_openai_client_are_unit_vectors_and_deterministic(client: openai.OpenAI) -> None:

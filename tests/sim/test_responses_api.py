@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 
 import httpx
 import openai
 import pytest
 
 from sim import textgen
-from sim.launch import EngineHandle, start_engine
+from sim.launch import EngineHandle
 
 QUESTION = "Tell me about rivers, please."
 EXTRA = {"ignore_eos": True}
@@ -19,18 +18,6 @@ VLLM_EVENTS = ["response.created", "response.in_progress", "response.output_item
                "response.content_part.added"]
 VLLM_CLOSING = ["response.output_text.done", "response.content_part.done", "response.output_item.done",
                 "response.completed"]
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[EngineHandle]:
-    with start_engine("tiny", speed=50.0) as (_, handle):
-        yield handle
-
-
-@pytest.fixture
-def client(engine: EngineHandle) -> Iterator[openai.OpenAI]:
-    with openai.OpenAI(base_url=f"{engine.url}/v1", api_key="none", max_retries=0) as c:
-        yield c
 
 
 def sse_events(raw: str) -> list[tuple[str, dict[str, object]]]:
