@@ -1,15 +1,19 @@
-"""Shared helpers of the benchmark scripts: ports, waiting for servers, the results folder."""
+"""Shared helpers of the benchmark scripts (and the tests): ports, waiting for servers, stopping
+processes, the results folder."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 import httpx
 
 from demo.ports import free_port
 
-__all__ = ["free_port", "results_dir", "wait_http"]
+__all__ = ["free_port", "results_dir", "stop_processes", "wait_http"]
 
 
 def wait_http(url: str, timeout: float = 30.0, proc: object | None = None) -> None:
@@ -32,3 +36,21 @@ def results_dir() -> Path:
     path = Path(__file__).resolve().parent / "results"
     path.mkdir(exist_ok=True)
     return path
+
+
+def stop_processes(procs: Iterable[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
+    """SIGTERM every process at once, wait up to ``grace`` seconds for all, then SIGKILL the rest.
+
+    One signal round instead of one process after another: a teardown costs the slowest
+    shutdown, not the sum of them.
+    """
+    running = [proc for proc in procs if proc.poll() is None]
+    for proc in running:
+        proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    for proc in running:
+        try:
+            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)

@@ -22,7 +22,7 @@ import psutil
 import yaml
 from rich.console import Console
 
-from bench._common import free_port, wait_http
+from bench._common import free_port, stop_processes, wait_http
 
 ROUTER_VERSION = "0.1.17"
 HERE = Path(__file__).resolve().parent
@@ -88,15 +88,7 @@ class _Procs:
         return path.read_text(errors="replace")[-1500:] if path.exists() else ""
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in reversed(self.procs):
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_processes(reversed(self.procs), grace=10)
         for log in self.logs:
             log.close()
 

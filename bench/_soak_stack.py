@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import httpx
 import psutil
 import yaml
 
-from bench._common import free_port, wait_http
+from bench._common import free_port, stop_processes, wait_http
 
 #: The daemon answers 504 after this many seconds.
 REQUEST_TIMEOUT = 60.0
@@ -111,14 +110,7 @@ class Engines:
 
     def stop(self) -> None:
         """Stop both engines and close their logs."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        stop_processes(self.procs.values(), grace=10)
         for log in self._logs:
             log.close()
 

@@ -8,13 +8,13 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from bench._common import free_port as _kernel_port
-from bench._common import wait_http
+from bench._common import stop_processes, wait_http
 
 __all__ = ["free_port", "stop_process", "stop_processes", "wait_http", "wait_until"]
 
@@ -68,24 +68,6 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
         proc.send_signal(signal.SIGTERM)
         try:
             proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
-
-
-def stop_processes(procs: Iterable[subprocess.Popen[bytes]], grace: float = 15.0) -> None:
-    """SIGTERM every process at once, wait up to ``grace`` seconds for all, then SIGKILL the rest.
-
-    One signal round instead of one process after another: a teardown costs the slowest
-    shutdown, not the sum of them.
-    """
-    running = [proc for proc in procs if proc.poll() is None]
-    for proc in running:
-        proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for proc in running:
-        try:
-            proc.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
