@@ -30,6 +30,7 @@ from tests.deploy.k8s import (
     pod_spec,
     selects,
 )
+from tests.deploy.served import Served
 
 MANIFESTS = load_manifests()
 POOL_SCHEMA = Path(__file__).parent / "schemas" / "inferencepool-v1.0.1.json"
@@ -192,6 +193,13 @@ def test_the_picker_reads_the_vllm_gauge_names_the_box_serves() -> None:
     # v1.0.1's default is vLLM's pre-0.10 name, vllm:gpu_cache_usage_perc.
     assert flag_value(args, "--kv-cache-usage-percentage-metric") == "vllm:kv_cache_usage_perc"
     assert "--lora-info-metric=" in args
+
+
+def test_the_picker_reads_gauges_a_real_daemon_serves(served: Served) -> None:
+    args = [str(a) for a in container(pod_spec(one(MANIFESTS, "Deployment", "syshax-epp")), "epp")["args"]]
+    for flag in ("--total-queued-requests-metric", "--kv-cache-usage-percentage-metric"):
+        name = flag_value(args, flag)
+        assert served.samples.get(name, ("missing",))[0] == "gauge", f"{flag}: {name} is no gauge on /metrics"
 
 
 def test_the_http_route_sends_every_path_to_the_pool() -> None:
