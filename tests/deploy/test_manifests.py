@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import functools
 import shutil
+import signal
 import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
+import psutil
 import pytest
 import yaml
 
@@ -271,3 +275,33 @@ def test_the_dockerfile_copies_only_what_exists() -> None:
         if line.startswith("COPY "):
             for source in line.split()[1:-1]:
                 assert (ROOT / source).exists(), source
+
+
+def run_as_pid_1(argv: list[str]) -> subprocess.Popen[bytes]:
+    """``argv`` as PID 1 of a new PID namespace, as a container runs its command (needs root)."""
+    proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--", *argv],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and proc.poll() is None:
+        if psutil.Process(proc.pid).children():
+            time.sleep(0.3)  # let it block its signals
+            return proc
+        time.sleep(0.05)
+    stderr = proc.communicate(timeout=5)[1].decode(errors="replace") if proc.poll() is not None else ""
+    pytest.skip(f"cannot start a process in a new PID namespace here: {stderr.strip()[:200]}")
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="util-linux unshare not installed")
+def test_the_console_container_stops_on_sigterm_as_pid_1() -> None:
+    # As PID 1 a process ignores SIGTERM unless it handles it; the pod would then wait the
+    # whole terminationGracePeriodSeconds on every roll before the kubelet kills it.
+    command = [sys.executable if arg == "python" else arg
+               for arg in container(pod_spec(box()), console_container_in_docs())["command"]]
+    proc = run_as_pid_1(command)
+    try:
+        (child,) = psutil.Process(proc.pid).children()
+        child.send_signal(signal.SIGTERM)
+        child.wait(timeout=5)
+    finally:
+        proc.kill()
+        proc.communicate(timeout=5)
