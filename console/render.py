@@ -341,8 +341,13 @@ def _used(node: NodeLayout) -> int | None:
 
 
 def conductor_panel(conductor: ConductorStatsModel, width: int) -> Text:
-    """Queue against its limit, rates, TTFT, decisions by device and mode, policy."""
-    out = Text("queue ")
+    """Queue against its limit, rates, TTFT, decisions by device and mode, policy; a draining
+    box says so first (a router sends it nothing new; it exits when in flight is done)."""
+    out = Text()
+    if conductor.box_draining:
+        out.append("DRAINING", style="bold reverse red")
+        out.append(f" {conductor.box_draining}: /health 503\n")
+    out.append("queue ")
     full = conductor.queue_limit and conductor.queue_depth >= conductor.queue_limit
     out.append(f"{conductor.queue_depth}/{conductor.queue_limit}", style="bold red" if full else "bold")
     out.append("  ")

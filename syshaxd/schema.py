@@ -83,6 +83,9 @@ class ConductorStatsModel(_Wire):
     #: request waits as long (None until measured).
     loop_lag_p99: float | None = None
     loop_lag_max: float | None = None
+    #: Why the whole box is draining (``syshax drain``, SIGTERM): /health answers 503 and the
+    #: daemon exits once what is in flight has finished. None while it serves normally.
+    box_draining: str | None = None
 
 
 class NumaNodeModel(_Wire):

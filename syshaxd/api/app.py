@@ -28,7 +28,7 @@ from syshaxd.api.info import info_router
 from syshaxd.api.passthrough import Books, forward_route, passthrough_route
 from syshaxd.api.response import Response
 from syshaxd.api.server import ApiServer, Handler
-from syshaxd.conductor import Conductor, Dispatcher
+from syshaxd.conductor import Conductor, Dispatcher, LoadFormat
 from syshaxd.config import Config
 from syshaxd.engines import ConnectionPool, EngineClient
 from syshaxd.errors import ApiError, error_body
@@ -67,7 +67,8 @@ def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: 
     return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough)
 
 
-def create_info_app(conductor: Conductor, engines: Sequence[EngineClient]) -> FastAPI:
+def create_info_app(conductor: Conductor, engines: Sequence[EngineClient],
+                    load_format: LoadFormat = "vllm-router") -> FastAPI:
     """The FastAPI app of the routes off the token path: models, health, metrics, the docs."""
     app = FastAPI(
         title="syshax",
@@ -75,7 +76,7 @@ def create_info_app(conductor: Conductor, engines: Sequence[EngineClient]) -> Fa
         description="One OpenAI-compatible endpoint in front of a GPU and a CPU inference engine.",
     )
     _install_error_handlers(app)
-    app.include_router(info_router(conductor, engines))
+    app.include_router(info_router(conductor, engines, load_format))
     openapi.install(app)
     return app
 

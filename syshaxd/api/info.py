@@ -11,7 +11,7 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 
 from syshaxd import __version__
-from syshaxd.conductor import Conductor
+from syshaxd.conductor import Conductor, LoadFormat, get_load_body
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
 from syshaxd.snapshot import EngineState
@@ -65,15 +65,22 @@ def health_body(conductor: Conductor) -> tuple[dict[str, Any], int]:
         elif not view.enabled or view.draining:
             reasons.append(f"{view.name} is {'disabled' if not view.enabled else 'draining'}")
     serving = any(view.usable for view in snap.engines) and conductor.accepting
-    if not conductor.accepting:
+    if conductor.box_draining is not None:
+        # A router must stop sending new work here: 503 while what is in flight finishes.
+        reasons.append(f"draining ({conductor.box_draining}): finishing {conductor.books.open_count} requests")
+        serving = False
+    elif not conductor.accepting:
         reasons.append("shutting down")
-    status = "ok" if not reasons and serving else "degraded" if serving else "down"
+    status = ("ok" if not reasons and serving else "degraded" if serving
+              else "draining" if conductor.box_draining is not None else "down")
     body = {"status": status, "reasons": reasons, "engines": engines, "version": __version__}
     return body, 200 if serving else 503
 
 
-def info_router(conductor: Conductor, engines: Sequence[EngineClient]) -> APIRouter:
-    """``GET /v1/models``, ``/health`` and ``/metrics``."""
+def info_router(conductor: Conductor, engines: Sequence[EngineClient],
+                load_format: LoadFormat = "vllm-router") -> APIRouter:
+    """``GET /v1/models``, ``/health``, ``/metrics``, and the load a cluster router reads
+    (``/get_load``, ``/load``)."""
     router = APIRouter()
     models = ModelList(engines)
 
@@ -88,9 +95,22 @@ def info_router(conductor: Conductor, engines: Sequence[EngineClient]) -> APIRou
         body, status = health_body(conductor)
         return JSONResponse(body, status_code=status)
 
+    @router.get("/get_load")
+    async def get_load() -> JSONResponse:
+        """The whole box's load for a cluster router: ``{"load": N}`` (vllm-router; N = waiting +
+        running requests) or, with ``services.conductor.load_format: sglang``, SGLang's list per
+        data-parallel rank."""
+        return JSONResponse(get_load_body(conductor.box_load(), load_format))
+
+    @router.get("/load")
+    async def load() -> JSONResponse:
+        """vLLM's ``{"server_load": N}``: requests the box holds (waiting and running)."""
+        return JSONResponse({"server_load": conductor.box_load().load})
+
     @router.get("/metrics")
     async def metrics() -> Response:
-        """The conductor's own Prometheus metrics (syshax_*)."""
+        """The conductor's own Prometheus metrics (syshax_*), and the box's load as vLLM's
+        ``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``."""
         return Response(conductor.exposition(), media_type=PROMETHEUS_TEXT)
 
     return router

@@ -133,8 +133,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     _add_common(p)
     p.set_defaults(func=cmd_reload)
 
+    p = sub.add_parser(
+        "drain", help="drain ENGINE (send it nothing new), or with no ENGINE the whole box, then stop syshaxd",
+        description="With ENGINE: let it finish what it runs but route nothing new to it. Without: drain the "
+        "whole box as SIGTERM does -- /health answers 503 at once (a cluster router stops sending), new "
+        "requests are still served for system.drain_notice seconds, then in-flight ones finish and syshaxd exits.",
+    )
+    _add_common(p)
+    p.add_argument("engine", metavar="ENGINE", nargs="?", help="engine name as `syshax status` shows it")
+    p.set_defaults(func=cmd_engine, action="drain")
     for name, helptext in (
-        ("drain", "let ENGINE finish what it runs but send it nothing new"),
         ("enable", "route to ENGINE again (clears draining)"),
         ("disable", "stop routing to ENGINE"),
     ):
@@ -184,7 +192,9 @@ def cmd_set(args: argparse.Namespace) -> int:
 
 
 def cmd_engine(args: argparse.Namespace) -> int:
-    """drain / enable / disable one engine."""
+    """drain / enable / disable one engine; drain without an engine drains the box."""
+    if args.engine is None:
+        return cmd_drain_box(args)
     key = f"engines.{args.engine}"
     body = {
         "drain": {f"{key}.draining": True},
@@ -194,6 +204,17 @@ def cmd_engine(args: argparse.Namespace) -> int:
     change = _patch(args, body)
     flags = change.engines.get(args.engine, {})
     print(f"{args.engine}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
+    return 0
+
+
+def cmd_drain_box(args: argparse.Namespace) -> int:
+    """Drain the whole box (``POST /v1/drain``): the daemon stops once in-flight requests finish."""
+    client = connect(args)
+    try:
+        answer = client.request("POST", "/v1/drain")
+    finally:
+        client.close()
+    print(f"draining: {answer.get('message', '')}" if isinstance(answer, dict) else "draining")
     return 0
 
 

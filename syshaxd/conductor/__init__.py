@@ -7,6 +7,7 @@ gives it a :class:`Reply` per request to write the answer on.
 
 from __future__ import annotations
 
+from syshaxd.conductor.boxload import BoxLoad, LoadFormat, get_load_body
 from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.dispatch import Dispatcher
 from syshaxd.conductor.flight import BookedFlight, Flight
@@ -22,6 +23,6 @@ from syshaxd.conductor.reply import (
            send_whole,
 )
 
-__all__ = ["JSON", "BookedFlight", "Conductor", "Dispatcher", "Flight", "LedgerSession", "RemoteConductor",
+__all__ = ["JSON", "BookedFlight", "BoxLoad", "LoadFormat", "get_load_body", "Conductor", "Dispatcher", "Flight", "LedgerSession", "RemoteConductor",
            "RemoteFlight", "Headers", "Pausable", "Reply", "Route", "request_id_header",
            "send_error", "send_whole"]

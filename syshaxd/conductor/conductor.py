@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from syshaxd.conductor.admission import AdmissionQueue
 from syshaxd.conductor.books import Books
+from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import Config
@@ -95,6 +96,10 @@ class Conductor:
         self.queue: AdmissionQueue[Route | ApiError] = AdmissionQueue(config.system.max_queue_size)
         self.books.on_release = self.queue.kick
         self.accepting = True
+        #: Why the whole box is draining (``syshax drain``, SIGTERM), or None: ``/health``
+        #: answers 503 from then on while what arrives is still served until the stop.
+        self.box_draining: str | None = None
+        self.vllm_gauges = VllmGauges(self.books.stats.registry, config.models.default)
         self._policies: dict[str, Policy] = {}
 
     # -- lifecycle -------------------------------------------------------------------
@@ -354,11 +359,17 @@ class Conductor:
             auto_pd_offload=self.runtime.limits().auto_pd_offload,
             loop_lag_p99=loop_lag[0],
             loop_lag_max=loop_lag[1],
+            box_draining=self.box_draining,
         )
+
+    def box_load(self) -> BoxLoad:
+        """The whole box's load as a cluster router sees it (:mod:`syshaxd.conductor.boxload`)."""
+        return box_load(self.live_snapshot(), len(self.queue))
 
     def exposition(self) -> bytes:
         """Prometheus text of the conductor's metrics (and whatever else shares its registry)."""
         stats = self.books.stats
+        self.vllm_gauges.update(self.box_load())
         for view in self.live_snapshot().engines:
             for state in EngineState:
                 stats.m_engine_state.labels(view.name, state.value).set(1.0 if view.state is state else 0.0)

@@ -238,13 +238,14 @@ class StreamRelay(Relay):
         return max(0, self._events - 2)
 
     def _close(self, outcome: str, error: bytes = b"") -> None:
-        """End the client's stream (an error event first when there is one) and the flight."""
+        """End the client's stream (an error event first when there is one), then the flight: the
+        client has its last bytes before the books are written."""
         self._stop()
         if error and not self.reply.gone:
             self.reply.write(error)
-        self.flight.finish(outcome, tokens=self._tokens())
         self.reply.flow(None)
         self.reply.end()
+        self.flight.finish(outcome, tokens=self._tokens())
 
 
 class BodyRelay(Relay):

@@ -100,6 +100,9 @@ class ConductorService(_Strict):
         description="Processes serving the API port: 1 is the daemon alone; each further worker "
         "relays on its own core while the daemon keeps the one set of books (see docs/architecture.md)",
     )
+    load_format: Literal["vllm-router", "sglang"] = Field(
+        default="vllm-router", description="Shape of GET /get_load: vllm-router's {\"load\": N} or the SGLang "
+        "gateway's list per data-parallel rank (docs/fleet.md)")
 
     def url(self) -> str:
         """Base URL clients use to reach the conductor."""
@@ -166,20 +169,15 @@ class System(_Strict):
     """Admission queue, timeouts and the graceful stop."""
 
     max_queue_size: int = Field(
-        default=100,
-        ge=0,
-        le=1_000_000,
-        description="Requests that may wait for capacity (429 when full)",
-    )
+        default=100, ge=0, le=1_000_000, description="Requests that may wait for capacity (429 when full)")
     request_timeout: float = Field(
         default=600.0, gt=0, le=86_400, description="Seconds a request may wait and run before 504"
     )
     shutdown_grace: float = Field(
-        default=30.0,
-        ge=0,
-        le=3600,
-        description="Seconds in-flight requests may finish after SIGTERM",
-    )
+        default=30.0, ge=0, le=3600, description="Seconds in-flight requests may finish after SIGTERM")
+    drain_notice: float = Field(
+        default=0.0, ge=0, le=600, description="Seconds a draining box still serves new requests after /health "
+        "turned 503, so a cluster router notices before the port closes (docs/fleet.md)")
 
 
 class Decider(_Strict):

@@ -8,6 +8,7 @@ Resources (JSON; errors are ``{"error": ..., "key": ...}``):
 - ``PATCH /v1/config`` -- a flat object of dotted keys, all or nothing; 422 names the key.
 - ``POST /v1/config/save`` -- write the runtime values and engine flags to the overrides file.
 - ``POST /v1/reload`` -- reread the config files (as SIGHUP does).
+- ``POST /v1/drain`` -- drain the whole box and stop, as SIGTERM does (``syshax drain``).
 
 Reading needs membership in ``control.group``; changing needs root, the daemon's user or
 ``control.admin_group`` (403 says why).

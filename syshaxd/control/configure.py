@@ -1,4 +1,5 @@
-"""Changing the daemon: ``PATCH /v1/config``, ``POST /v1/config/save``, ``POST /v1/reload``.
+"""Changing the daemon: ``PATCH /v1/config``, ``POST /v1/config/save``, ``POST /v1/reload``,
+``POST /v1/drain``.
 
 A patch is a flat JSON object of dotted keys, applied all or nothing; a bad one is a 422
 naming the key. Bodies are read with a size limit, so a huge one is refused early (413).
@@ -57,6 +58,15 @@ def config_router(ctx: ControlContext) -> APIRouter:
             return await ctx.reload()
         except ConfigError as exc:
             raise ControlError(422, f"reload failed, the running config is unchanged: {exc}", exc.key) from None
+
+    @router.post("/v1/drain")
+    async def drain(request: Request) -> dict[str, str]:
+        """Drain the whole box: /health turns 503, what is in flight finishes, then the daemon exits."""
+        if ctx.drain is None:
+            raise ControlError(501, "this daemon cannot drain from the control API")
+        message = ctx.drain(f"syshax drain by {who(request)}")
+        log.info("box drain requested by %s", who(request))
+        return {"status": "draining", "message": message}
 
     return router
 

@@ -25,6 +25,8 @@ class ControlContext:
     access: AccessPolicy
     state: Callable[[], StateModel]
     reload: Callable[[], Awaitable[ConfigChangeModel]]
+    #: Drain the whole box and stop (``POST /v1/drain``); returns what it will do, for people.
+    drain: Callable[[str], str] | None = None
     events_queue_size: int = 256
 
 

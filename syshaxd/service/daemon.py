@@ -103,6 +103,7 @@ class Daemon:
         self._force = asyncio.Event()
         self._reload_lock = asyncio.Lock()
         self._signals = 0
+        self._draining_since: float | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_status = ""
 
@@ -119,7 +120,7 @@ class Daemon:
         # the TCP port or the engines, and never deletes the first one's socket.
         control = create_control_socket(default_socket_path(self.config.control.socket), self.config.control.group)
         ctx = ControlContext(runtime=self.runtime, bus=self.bus, access=AccessPolicy.from_config(self.config, control.gid),
-                             state=self.state, reload=self.reload)
+                             state=self.state, reload=self.reload, drain=self.drain)
         controls = ControlSockets(control, lambda: create_control_app(ctx))
         try:
             return await self._run_with(controls, ctx)
@@ -210,15 +211,38 @@ class Daemon:
     # -- signals, reload, status -----------------------------------------------------
 
     def request_stop(self, sig: int | None = None) -> None:
-        """Begin a graceful stop; a second request stops at once."""
+        """Begin a graceful stop (a box drain); a second request stops at once."""
         self._signals += 1
         if self._signals > 1:
             log.warning("second stop request: cancelling what is still running")
             self._force.set()
+            self._stop.set()
+            return
+        self.drain(signal.Signals(sig).name if sig else "stop request")
+
+    def drain(self, why: str) -> str:
+        """Drain the whole box, then stop: ``/health`` answers 503 at once, what arrives during
+        ``system.drain_notice`` is still served (a router needs that long to notice), then the
+        port closes and what is in flight finishes (up to ``system.shutdown_grace``).
+        SIGTERM, SIGINT and ``syshax drain`` all come here; a second call changes nothing."""
+        notice = self.config.system.drain_notice
+        if self.parts is None:  # still starting: nothing to drain
+            self._stop.set()
+            return "stopping"
+        if self._draining_since is not None:
+            return f"already draining for {time.monotonic() - self._draining_since:.0f} s"
+        self._draining_since = time.monotonic()
+        self.parts.conductor.box_draining = why
+        log.info("%s: draining the box (/health answers 503; new requests served for %.0fs more, "
+                 "then in-flight ones finish)", why, notice)
+        self.notifier.stopping()
+        self.notifier.status(f"draining: /health 503, {notice:.0f}s notice, then finishing in-flight requests")
+        if notice > 0:
+            asyncio.get_running_loop().call_later(notice, self._stop.set)
         else:
-            name = signal.Signals(sig).name if sig else "request"
-            log.info("%s received: draining", name)
-        self._stop.set()
+            self._stop.set()
+        return (f"/health answers 503 now; new requests are served for {notice:g} s more, then the port "
+                f"closes and in-flight requests finish (up to {self.config.system.shutdown_grace:g} s) before syshaxd exits")
 
     async def reload(self) -> ConfigChangeModel:
         """Reread the config files (SIGHUP, POST /v1/reload), telling systemd while it runs.

@@ -68,7 +68,7 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     runtime.on_change(lambda _change: conductor.kick())
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
-    info = create_info_app(conductor, list(engines.values()))
+    info = create_info_app(conductor, list(engines.values()), config.services.conductor.load_format)
     api = create_api_server(dispatcher, conductor, config, info)
     return Parts(engines=engines, monitor=monitor, conductor=conductor, dispatcher=dispatcher, vitals=vitals, api=api,
                  own_paths=own_paths(info))
