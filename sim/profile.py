@@ -3,6 +3,12 @@
 Every number in a profile file is written as ``{value: ..., source: "..."}`` so that the
 file itself says where each figure comes from (a datasheet, a measurement, a fit, or an
 estimate). Profiles ship in ``sim/profiles/``; a path to a YAML file works too.
+
+A mixture-of-experts model adds an optional ``moe`` section: ``experts`` (routed experts
+per layer), ``experts_per_token`` (top-k) and ``expert_bytes`` (the routed experts' share
+of ``weight_bytes``). ``model.linear_flops_per_token`` then counts the *active*
+parameters, and a step reads the dense weights plus the experts its tokens touch
+(:func:`sim.timing.weight_bytes_read`).
 """
 
 from __future__ import annotations
@@ -64,6 +70,10 @@ class Profile:
     # simulated text
     output_median_tokens: float
     output_sigma: float
+    # mixture of experts (0: a dense model)
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_bytes: float = 0.0
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -160,6 +170,29 @@ def _number(where: str, raw: object, kind: type) -> float | int:
     return float(value)
 
 
+_MOE: dict[str, type] = {"experts": int, "experts_per_token": int, "expert_bytes": float}
+
+
+def _moe(origin: str, block: object, weight_bytes: float) -> dict[str, Any]:
+    """The optional ``moe`` section, checked (empty for a dense model)."""
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ProfileError(f"{origin}: 'moe' must be a mapping")
+    out: dict[str, Any] = {}
+    for key, kind in _MOE.items():
+        if key not in block:
+            raise ProfileError(f"{origin}: missing moe.{key}")
+        out[key] = _number(f"{origin}: moe.{key}", block[key], kind)
+        if out[key] <= 0:
+            raise ProfileError(f"{origin}: moe.{key} must be positive, got {out[key]}")
+    if out["experts_per_token"] > out["experts"]:
+        raise ProfileError(f"{origin}: moe.experts_per_token {out['experts_per_token']} > moe.experts {out['experts']}")
+    if out["expert_bytes"] > weight_bytes:
+        raise ProfileError(f"{origin}: moe.expert_bytes is part of model.weight_bytes and cannot exceed it")
+    return out
+
+
 def parse_profile(data: object, origin: str) -> Profile:
     """Build a Profile from parsed YAML, checking every number has a source."""
     if not isinstance(data, dict):
@@ -185,6 +218,7 @@ def parse_profile(data: object, origin: str) -> Profile:
             if number < 0:
                 raise ProfileError(f"{origin}: {section}.{key} must not be negative, got {number}")
             values[key] = number
+    values.update(_moe(origin, data.get("moe"), values["weight_bytes"]))
     mode = data["engine"].get("preemption_mode", "recompute")
     if mode not in ("recompute", "swap"):
         raise ProfileError(f"{origin}: engine.preemption_mode must be 'recompute' or 'swap', got {mode!r}")
@@ -233,7 +267,7 @@ def sources(name_or_path: str) -> dict[str, str]:
     )
     data = yaml.safe_load(profile_text)
     out: dict[str, str] = {}
-    for section in _SECTIONS:
+    for section in (*_SECTIONS, "moe"):
         for key, raw in (data.get(section) or {}).items():
             if isinstance(raw, dict) and "source" in raw:
                 out[f"{section}.{key}"] = str(raw["source"])

@@ -6,6 +6,12 @@ plus attention) and the memory time (all weights once, plus the KV cache the bat
 reads), plus tensor-parallel all-reduces and a fixed per-step and per-sequence overhead
 (scheduling, sampling, detokenising). Prefill is compute-bound, decode memory-bound; the
 formulas and constants are in ``docs/simulator.md`` and the profile files.
+
+A mixture-of-experts model computes with its active parameters only
+(``linear_flops_per_token``), and a step reads the dense weights plus the routed experts
+its tokens touch: with E experts and top-k routing, n tokens leave an expert untouched
+with probability (1 - k/E)^n, so one decoding request reads about k/E of the experts and a
+large prefill all of them.
 """
 
 from __future__ import annotations
@@ -23,8 +29,16 @@ def _compute(p: Profile, tokens: float, attn: float) -> float:
     return flops / (p.devices * p.peak_flops * p.compute_efficiency)
 
 
-def _memory(p: Profile, kv_tokens_read: float) -> float:
-    moved = p.weight_bytes + kv_tokens_read * p.kv_bytes_per_token
+def weight_bytes_read(p: Profile, tokens: float) -> float:
+    """Bytes of weights one step over ``tokens`` tokens reads (all of them for a dense model)."""
+    if not p.experts or tokens <= 0:
+        return p.weight_bytes
+    touched: float = 1.0 - (1.0 - p.experts_per_token / p.experts) ** tokens
+    return p.weight_bytes - p.expert_bytes * (1.0 - touched)
+
+
+def _memory(p: Profile, kv_tokens_read: float, tokens: float) -> float:
+    moved = weight_bytes_read(p, tokens) + kv_tokens_read * p.kv_bytes_per_token
     return moved / (p.devices * p.memory_bandwidth * p.memory_efficiency)
 
 
@@ -47,7 +61,7 @@ def step_time(p: Profile, work: Sequence[tuple[int, int]]) -> float:
         tokens += new
         attn += new * (cached + new / 2)
         kv_read += cached + new
-    busy = max(_compute(p, tokens, attn), _memory(p, kv_read))
+    busy = max(_compute(p, tokens, attn), _memory(p, kv_read, tokens))
     return busy + _allreduce(p, tokens) + p.step_overhead + p.per_seq_overhead * len(work)
 
 
@@ -73,8 +87,8 @@ def decode_run_time(p: Profile, batch: int, context_sum: int, steps: int) -> flo
     # step j (0-based): attention term sum(c_i + 1/2) and KV read sum(c_i + 1)
     c0 = _compute(p, batch, context_sum + batch / 2)
     c_slope = _compute(p, 0, batch)
-    m0 = _memory(p, context_sum + batch)
-    m_slope = _memory(p, batch) - _memory(p, 0)
+    m0 = _memory(p, context_sum + batch, batch)
+    m_slope = _memory(p, batch, batch) - _memory(p, 0, batch)
 
     def linear_sum(a: float, slope: float, first: int, last: int) -> float:
         # sum_{j=first}^{last-1} (a + slope*j)
