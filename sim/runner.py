@@ -28,6 +28,7 @@ from sim.traces import TraceRequest
 from sim.virtual_engine import EngineSpec, VirtualEngine
 from syshaxd.config import Handoff
 from syshaxd.policy.common import pick_engine
+from syshaxd.policy.queueing import QueueOrder, evict_index, next_index
 from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
 from syshaxd.snapshot import Device, Snapshot
 
@@ -46,6 +47,7 @@ class RunOptions:
     timeout: float = 600.0  # system.request_timeout
     handoff: Handoff | None = None  # None: limits.handoff
     cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
+    queue_order: QueueOrder = "fifo"  # syshaxd.policy.queueing: "deadline" for adaptive
 
 
 @dataclass(eq=False)
@@ -95,6 +97,10 @@ class VirtualConductor:
         self.by_rid: dict[str, _Flight] = {}
         self.deadlines: list[tuple[float, int]] = []
         self.decisions: Counter[str] = Counter()
+        # The conductor's token books per engine (syshaxd/conductor/books.py): max_tokens of
+        # the requests it holds, prompt tokens of those not started yet.
+        self.decode_tokens: Counter[str] = Counter()
+        self.prompt_tokens: Counter[str] = Counter()
         self.open = 0
         self.progress: Callable[[int, int], None] | None = None
         self.total = 0
@@ -102,7 +108,13 @@ class VirtualConductor:
     # -- what the policy sees --------------------------------------------------------
     def snapshot(self) -> Snapshot:
         """The engines as the live conductor would show them to its policy now."""
-        return Snapshot(taken_at=self.now, engines=tuple(e.view() for e in self.engines.values()))
+        views = []
+        for name, e in self.engines.items():
+            view = e.view()
+            metrics = replace(view.metrics, kv_capacity_tokens=e.core.profile.kv_capacity_tokens)
+            views.append(replace(view, metrics=metrics, inflight_decode_tokens=self.decode_tokens[name],
+                                 scheduled_prompt_tokens=self.prompt_tokens[name]))
+        return Snapshot(taken_at=self.now, engines=tuple(views))
 
     def _pick(self, snap: Snapshot, device: Device | None, preferred: str | None) -> VirtualEngine | None:
         if device is None:
@@ -119,6 +131,7 @@ class VirtualConductor:
 
     def _route(self, f: _Flight) -> bool:
         snap = self.snapshot()
+        f.features = replace(f.features, waited=self.now - f.req.arrival)
         decision = self.policy(snap, f.features, self.limits)
         if decision.device is None:
             return False
@@ -166,17 +179,21 @@ class VirtualConductor:
         f.unstarted.add(e.spec.name)
         e.inflight += 1
         e.scheduled += 1
+        self.decode_tokens[e.spec.name] += f.features.max_tokens
+        self.prompt_tokens[e.spec.name] += f.features.prompt_tokens
 
     def _started(self, f: _Flight, e: VirtualEngine) -> None:
         if e.spec.name in f.unstarted:
             f.unstarted.discard(e.spec.name)
             e.scheduled -= 1
+            self.prompt_tokens[e.spec.name] -= f.features.prompt_tokens
 
     def _release(self, f: _Flight, e: VirtualEngine) -> None:
         self._started(f, e)
         if e.spec.name in f.holds:
             f.holds.discard(e.spec.name)
             e.inflight -= 1
+            self.decode_tokens[e.spec.name] -= f.features.max_tokens
 
     def _submit(self, f: _Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
         f.segment += 1
@@ -264,13 +281,20 @@ class VirtualConductor:
         if self.progress is not None:
             self.progress(len(self.flights) - self.open, self.total)
 
+    def _next(self) -> int:
+        arrivals = [f.req.arrival for f in self.queue]
+        return next_index(arrivals, self.now, self.limits.ttft_target, self.options.queue_order)
+
     def _kick(self) -> None:
+        while self.queue and self.queue[0].done:
+            self.queue.popleft()
         while self.queue:
-            head = self.queue[0]
-            if head.done:
-                self.queue.popleft()
-            elif self._route(head):
-                self.queue.popleft()
+            i = self._next()
+            f = self.queue[i]
+            if f.done:
+                del self.queue[i]
+            elif self._route(f):
+                del self.queue[i]
             else:
                 return
 
@@ -280,14 +304,23 @@ class VirtualConductor:
         self.flights.append(f)
         self.open += 1
         heapq.heappush(self.deadlines, (f.deadline, index))
+        self.queue = deque(w for w in self.queue if not w.done)
         if not self.queue and self._route(f):
             return
         if len(self.queue) >= self.options.max_queue:
+            order = self.options.queue_order
+            i = evict_index([w.req.arrival for w in self.queue], self.now, self.limits.ttft_target, order)
             self.decisions["rejected"] += 1
-            self._finish(f, "rejected")
-            return
+            if i is None:
+                self._finish(f, "rejected")
+                return
+            late = self.queue[i]
+            del self.queue[i]
+            self._finish(late, "rejected")
         self.decisions["queued"] += 1
         self.queue.append(f)
+        if self.options.queue_order != "fifo":
+            self._kick()  # the head may be late and this one on time
 
     # -- the clock -------------------------------------------------------------------------
     def run(self, requests: Sequence[TraceRequest],

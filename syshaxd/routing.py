@@ -35,6 +35,9 @@ class RequestFeatures:
     has_num_decode_tokens: bool = False  # sysHAX: such a request goes to the CPU
     generated_tokens: int = 0  # > 0 when the policy is asked again mid-request
     request_id: str = ""
+    #: Seconds the request has waited for a route so far (the conductor's queue); a request
+    #: that waited past the TTFT target can no longer meet it anywhere.
+    waited: float = 0.0
 
 
 @dataclass(frozen=True)

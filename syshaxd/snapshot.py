@@ -74,6 +74,9 @@ class EngineMetrics:
     tpot_recent: float | None = None  # mean seconds per output token of recent tokens, per request
     tpot_batch: float | None = None  # mean number of requests decoding while tpot_recent was measured
     ttft_recent: float | None = None  # mean time to first token of recently started requests
+    #: Tokens the engine's KV cache holds in all (vLLM: num_gpu_blocks x block_size of its
+    #: cache_config_info), when known: lets a policy turn prompt lengths into KV headroom.
+    kv_capacity_tokens: int | None = None
 
     def histogram(self, name: str) -> HistogramData | None:
         """The named histogram (common names: ttft, tpot, e2e), if the engine has it."""

@@ -1,14 +1,22 @@
-"""The admission queue: requests the policy has no capacity for wait here, first in, first out."""
+"""The admission queue: requests the policy has no capacity for wait here.
+
+First in, first out by default; with ``order="deadline"`` (the ``adaptive`` policy's,
+:mod:`syshaxd.policy.queueing`) capacity goes first to the oldest request that can still
+meet the TTFT target, and a full queue refuses its oldest late request rather than a new
+one.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from syshaxd.errors import ApiError
+from syshaxd.policy import QueueOrder, evict_index, next_index
 
 T = TypeVar("T")
 
@@ -17,6 +25,7 @@ T = TypeVar("T")
 class _Waiter(Generic[T]):
     try_route: Callable[[], T | None]
     future: asyncio.Future[T]
+    since: float = field(default=0.0)
 
 
 class AdmissionQueue(Generic[T]):
@@ -26,8 +35,12 @@ class AdmissionQueue(Generic[T]):
     woken together can never both take the last slot.
     """
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, order: QueueOrder = "fifo", ttft_target: float = 5.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.max_size = max_size
+        self.order: QueueOrder = order
+        self.ttft_target = ttft_target
+        self._clock = clock
         self._waiters: deque[_Waiter[T]] = deque()
 
     def __len__(self) -> int:
@@ -50,15 +63,13 @@ class AdmissionQueue(Generic[T]):
             if routed is not None:
                 return routed
         if len(self) >= self.max_size:
-            raise ApiError(
-                429,
-                f"no capacity: all engines are at their limits and the admission queue is full "
-                f"({self.max_size} waiting); retry later",
-                type="rate_limit_exceeded",
-                headers={"Retry-After": str(retry_after)},
-            )
+            full = self._full_error(retry_after)
+            late = self._evictable()
+            if late is None:
+                raise full
+            late.future.set_exception(full)  # it cannot meet its TTFT target any more
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        waiter = _Waiter(try_route, future)
+        waiter = _Waiter(try_route, future, self._clock())
         self._waiters.append(waiter)
         try:
             self.kick()  # capacity may have appeared while nobody was waiting
@@ -71,17 +82,35 @@ class AdmissionQueue(Generic[T]):
             except ValueError:
                 pass
 
+    def _full_error(self, retry_after: int) -> ApiError:
+        return ApiError(
+            429,
+            f"no capacity: all engines are at their limits and the admission queue is full "
+            f"({self.max_size} waiting); retry later",
+            type="rate_limit_exceeded",
+            headers={"Retry-After": str(retry_after)},
+        )
+
+    def _live(self) -> list[_Waiter[T]]:
+        return [w for w in self._waiters if not w.future.done()]
+
+    def _evictable(self) -> _Waiter[T] | None:
+        live = self._live()
+        i = evict_index([w.since for w in live], self._clock(), self.ttft_target, self.order)
+        return None if i is None else live[i]
+
     def kick(self) -> None:
-        """Let waiters in, in order, while the policy finds capacity for the head of the line."""
+        """Let waiters in, in queue order, while the policy finds capacity for the one offered it."""
         while self._waiters:
-            head = self._waiters[0]
-            if head.future.done():
-                self._waiters.popleft()
-                continue
+            live = self._live()
+            if not live:
+                self._waiters.clear()
+                return
+            head = live[next_index([w.since for w in live], self._clock(), self.ttft_target, self.order)]
             routed = head.try_route()
             if routed is None:
                 return
-            self._waiters.popleft()
+            self._waiters.remove(head)
             head.future.set_result(routed)
 
     def fail_all(self, error: BaseException) -> None:

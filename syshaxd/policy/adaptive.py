@@ -37,6 +37,7 @@ from syshaxd.policy.estimates import (
     queued_prompt_tokens,
     slot_wait,
 )
+from syshaxd.policy.holding import gpu_hold, gpu_slack
 from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Device, Snapshot
 
@@ -77,6 +78,12 @@ class Options:
     cpu_anyway: Option | None = None
     #: Why the GPU is past the operator's ``gpu_max_batch_size``, if it is.
     gpu_at_limit: str | None = None
+    #: Why the GPU must not take the request now (:mod:`syshaxd.policy.holding`), if so.
+    gpu_hold: str | None = None
+    #: Why the GPU must not take even a pd_split's prefill now, if so.
+    split_hold: str | None = None
+    #: Why the GPU has no slack for a request already past its TTFT target, if so.
+    late_hold: str | None = None
 
 
 def secs(value: float) -> str:
@@ -98,6 +105,9 @@ def estimate_options(
     gpu = pick_engine(snapshot, "gpu")
     gpu_part = g_tpot = 0.0
     at_limit: str | None = None
+    hold: str | None = None
+    split_hold: str | None = None
+    late_hold: str | None = None
     if gpu is None:
         why["gpu"] = why["pd_split"] = "no usable GPU engine"
     else:
@@ -118,12 +128,15 @@ def estimate_options(
             at_limit = f"gpu at batch limit {cap}"
         ttft = gpu_part + g_tpot
         est["gpu"] = Option("gpu", ttft, g_tpot, ttft + (out - 1) * g_tpot, note)
+        hold = gpu_hold(gpu, gm, prompt, limits, tuning)
+        split_hold = hold and gpu_hold(gpu, gm, prompt, limits, tuning, decode=False)
+        late_hold = hold or gpu_slack(gpu, gm, prompt, out, limits, tuning)
 
     cpu = pick_engine(snapshot, "cpu")
     if cpu is None:
         why["cpu"] = "no usable CPU engine"
         why.setdefault("pd_split", "no usable CPU engine")
-        return Options(est, why, gpu.name if gpu else None, None, gpu_at_limit=at_limit)
+        return Options(est, why, gpu.name if gpu else None, None, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
 
     cm = device_model(cpu, CPU_DEFAULTS, tuning)
     c_load = busy(cpu)
@@ -134,7 +147,7 @@ def estimate_options(
         why["cpu"] = f"cpu has {cpu.waiting} waiting"
     if "cpu" in why:
         why.setdefault("pd_split", why["cpu"])
-        return Options(est, why, gpu.name if gpu else None, cpu.name, gpu_at_limit=at_limit)
+        return Options(est, why, gpu.name if gpu else None, cpu.name, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
 
     whole_ttft = cm.prefill(cpu.scheduled_prompt_tokens) + cm.prefill(prompt) + c_tpot
     anyway = Option("cpu", whole_ttft, c_tpot, whole_ttft + (out - 1) * c_tpot)
@@ -145,13 +158,19 @@ def estimate_options(
     else:
         if limits.auto_pd_offload:
             why["cpu"] = "auto_pd_offload: the cpu does not prefill"
-        elif prompt > tuning.cpu_prefill_max_tokens:
+        elif prompt > cpu_prefill_limit(cm, limits, tuning):
             why["cpu"] = f"prompt of {prompt} tokens is too long to prefill on the cpu"
         else:
             est["cpu"] = anyway
         if gpu is not None:
             _split(est, why, prompt, out, gpu_part, g_tpot, c_tpot, cm, limits, tuning)
-    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway, gpu_at_limit=at_limit)
+    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
+
+
+def cpu_prefill_limit(cpu: DeviceModel, limits: Limits, tuning: Tuning = DEFAULT_TUNING) -> float:
+    """Longest prompt the CPU prefills whole: ``cpu_prefill_max_tokens``, or more when its prefill
+    rate (measured, once it has prefilled) gets the prompt through within half the TTFT target."""
+    return max(float(tuning.cpu_prefill_max_tokens), cpu.prefill_tps * limits.ttft_target / 2)
 
 
 def _split(
@@ -199,6 +218,10 @@ def decide(
         return _decision(split, opts.cpu_engine, f"pd_split requested: est {split.summary()}")
 
     gpu = est.get("gpu")
+    if gpu is not None and request.waited >= limits.ttft_target:
+        return _late(opts, limits, request.waited)
+    if gpu is not None and opts.gpu_hold is not None:
+        return _held(opts, limits, opts.gpu_hold)
     feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
     best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
     if gpu is not None:
@@ -220,6 +243,35 @@ def decide(
         # No usable GPU at all: the CPU serves what it can rather than let requests time out.
         return _decision(opts.cpu_anyway, opts.cpu_engine, f"cpu: no usable GPU engine; est {opts.cpu_anyway.summary()}")
     return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")
+
+
+def _late(opts: Options, limits: Limits, waited: float) -> Decision:
+    """A request already past its TTFT target: it cannot count towards goodput anywhere.
+
+    The GPU is kept for requests still on time: a late one runs on the CPU while the CPU
+    keeps its TPOT target with it, or on the GPU only while the GPU has slack
+    (``Options.late_hold`` is None), and otherwise waits.
+    """
+    cpu = opts.cpu_anyway
+    if cpu is not None and cpu.tpot <= limits.tpot_target:
+        return _decision(cpu, opts.cpu_engine, f"cpu: waited {secs(waited)}, past the TTFT target; "
+                         f"the gpu is kept for requests still on time; est {cpu.summary()}")
+    gpu = opts.estimates["gpu"]
+    if opts.late_hold is None:
+        return _decision(gpu, opts.gpu_engine, f"gpu: waited {secs(waited)}, past the TTFT target; the gpu has slack; "
+                         f"est {gpu.summary()}")
+    return Decision(None, Mode.WHOLE, None, f"hold: waited {secs(waited)}, past the TTFT target; "
+                    f"the gpu is kept for requests still on time ({opts.late_hold})")
+
+
+def _held(opts: Options, limits: Limits, hold: str) -> Decision:
+    """The GPU must not take the request now: another device where it meets the targets, else wait."""
+    split = opts.estimates.get("pd_split") if opts.split_hold is None else None
+    feasible = [o for o in (opts.estimates.get("cpu"), split) if o is not None and o.meets(limits)]
+    best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
+    if best is not None:
+        return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; gpu held back: {hold}")
+    return Decision(None, Mode.WHOLE, None, f"hold: {hold}; {_alternative(opts, limits)}")
 
 
 def _alternative(opts: Options, limits: Limits) -> str:

@@ -59,17 +59,26 @@ class Tuning:
     remaining_tokens: float = 200.0
     #: Prompt tokens of a queued request, when the conductor does not say.
     prompt_tokens: float = 1000.0
-    #: A prompt longer than this never prefills on the CPU (~100x slower than the GPU).
+    #: A prompt longer than this prefills on the CPU only when the CPU's measured prefill
+    #: rate gets it through within half the TTFT target (a Kunpeng 920 is ~100x slower
+    #: than the GPU; an AMX Xeon on a 3B-active MoE prefills ~240 tokens/s).
     cpu_prefill_max_tokens: int = 256
-    #: A CPU decode expected to take longer than this is not offered: a reasoning model's
-    #: thousands of tokens at CPU speed take many minutes.
-    cpu_decode_budget_s: float = 180.0
+    #: A CPU decode expected to take longer than this is not offered: it would come close
+    #: to the conductor's request timeout (``system.request_timeout``, 600 s by default),
+    #: and a request cut there is lost after holding a CPU slot for minutes.
+    cpu_decode_budget_s: float = 450.0
     #: Leave the GPU only for an option whose SLO cost is lower by this fraction.
     margin: float = 0.2
     #: Seconds to hand KV over between engines (2K tokens fp16 ~20 ms over PCIe).
     handoff_s: float = 0.05
     #: A live rate may not move the estimate further than this factor from the default.
     max_deviation: float = 100.0
+    #: Hold a request back while the running batch's projected TPOT is above this share of
+    #: the target (:mod:`syshaxd.policy.holding`): the projection is an average, and the
+    #: slowest requests of a batch sit above it.
+    tpot_guard: float = 0.8
+    #: Hold a request back while the projected KV need is above this share of the cache.
+    kv_guard: float = 0.95
 
 
 DEFAULT_TUNING = Tuning()

@@ -1,0 +1,105 @@
+"""adaptive's GPU admission: it holds a request back when the running batch or the KV cache would suffer."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from syshaxd.policy import adaptive
+from syshaxd.policy.estimates import GPU_DEFAULTS, device_model
+from syshaxd.policy.holding import gpu_hold, projected_tpot
+from syshaxd.policy.queueing import evict_index, next_index, queue_order
+from syshaxd.routing import Limits, Mode, RequestFeatures
+from syshaxd.snapshot import EngineView
+from tests.unit.policy_helpers import engine, snap
+
+PROMPT = RequestFeatures(prompt_tokens=1000, max_tokens=200)
+
+
+def _with_capacity(view: EngineView, tokens: int) -> EngineView:
+    return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=tokens))
+
+
+def test_a_request_that_would_break_the_running_batchs_tpot_target_waits() -> None:
+    # 20 decoding at 150 ms per token with 6000 prompt tokens routed but not started: one
+    # more 1000-token prompt pushes the batch past 80% of the 200 ms target.
+    gpu = engine("gpu0", "gpu", running=20, tpot=0.15, tpot_batch=20, decode_tokens=20 * 200, prompt_tokens=6000)
+    model = device_model(gpu, GPU_DEFAULTS)
+    assert projected_tpot(gpu, model, 1000) > 0.2 * 0.8
+    d = adaptive(snap(gpu), PROMPT, Limits())
+    assert (d.device, d.mode) == (None, Mode.WHOLE)
+    assert d.reason.startswith("hold: running batch would decode at")
+    # The same batch with a looser TPOT target takes it.
+    assert adaptive(snap(gpu), PROMPT, Limits(tpot_target=0.5)).device == "gpu"
+
+
+def test_a_batch_far_from_its_tpot_target_admits() -> None:
+    gpu = engine("gpu0", "gpu", running=20, tpot=0.04, tpot_batch=20, decode_tokens=20 * 200)
+    d = adaptive(snap(gpu), PROMPT, Limits())
+    assert d.device == "gpu", d.reason
+
+
+def test_the_prefill_interference_term_is_what_holds() -> None:
+    # Same batch, same measured TPOT: only the prompts waiting to be prefilled differ.
+    calm = engine("gpu0", "gpu", running=20, tpot=0.12, tpot_batch=20, decode_tokens=20 * 200)
+    busy = replace(calm, scheduled_prompt_tokens=30_000)  # 5 s of prefill over ~100 tokens each still writes
+    assert adaptive(snap(calm), PROMPT, Limits()).device == "gpu"
+    assert adaptive(snap(busy), PROMPT, Limits()).device is None
+
+
+def test_an_engine_that_queues_inside_takes_no_more() -> None:
+    gpu = engine("gpu0", "gpu", running=10, waiting=2, tpot=0.04, tpot_batch=10)
+    d = adaptive(snap(gpu), PROMPT, Limits())
+    assert d.device is None and d.reason.startswith("hold: gpu engine already queues 2")
+
+
+def test_kv_headroom_holds_and_the_cpu_takes_what_meets_its_targets_there() -> None:
+    gpu = _with_capacity(engine("gpu0", "gpu", running=10, kv=0.85, tpot=0.04, tpot_batch=10), 20_000)
+    # 17,000 tokens in the cache + 3,000 of this prompt > 95% of 20,000
+    big = RequestFeatures(prompt_tokens=3000, max_tokens=200)
+    d = adaptive(snap(gpu), big, Limits())
+    assert d.device is None and "gpu KV cache would need 20000 of 20000 tokens" in d.reason
+    small = RequestFeatures(prompt_tokens=50, max_tokens=50)
+    held = adaptive(snap(gpu, engine("cpu0", "cpu")), replace(small, prompt_tokens=3000), Limits(handoff="recompute"))
+    assert held.device is None  # a 3000-token prompt meets no target on the CPU
+    # 93% used: a 50-token prompt still fits the known capacity; with the capacity unknown,
+    # classic's 90% threshold stands in and the CPU, which meets the targets, takes it.
+    unsure = engine("gpu0", "gpu", running=10, kv=0.93, tpot=0.04, tpot_batch=10)
+    assert adaptive(snap(_with_capacity(unsure, 20_000), engine("cpu0", "cpu")), small, Limits()).device == "gpu"
+    moved = adaptive(snap(unsure, engine("cpu0", "cpu")), small, Limits())
+    assert (moved.device, moved.mode) == ("cpu", Mode.WHOLE)
+    assert "gpu held back: gpu KV cache 93.0% >= 90%" in moved.reason
+
+
+def test_an_idle_gpu_always_admits_even_a_huge_prompt() -> None:
+    gpu = _with_capacity(engine("gpu0", "gpu"), 1000)
+    model = device_model(gpu, GPU_DEFAULTS)
+    assert gpu_hold(gpu, model, 5000, Limits()) is None
+    assert adaptive(snap(gpu), RequestFeatures(prompt_tokens=5000, max_tokens=10), Limits()).device == "gpu"
+
+
+def test_a_late_request_goes_to_a_cpu_with_room_or_waits_while_the_gpu_has_no_slack() -> None:
+    gpu = engine("gpu0", "gpu", running=20, tpot=0.12, tpot_batch=20, decode_tokens=20 * 200)
+    late = replace(PROMPT, waited=6.0)
+    on_time = adaptive(snap(gpu), PROMPT, Limits())
+    assert on_time.device == "gpu"  # within 80% of the target: admitted
+    held = adaptive(snap(gpu), late, Limits())
+    assert held.device is None and held.reason.startswith("hold: waited 6.0s, past the TTFT target")
+    to_cpu = adaptive(snap(gpu, engine("cpu0", "cpu")), late, Limits())
+    assert to_cpu.device == "cpu" and "past the TTFT target" in to_cpu.reason
+    quiet = engine("gpu0", "gpu", running=2, tpot=0.03, tpot_batch=2, decode_tokens=400)
+    assert adaptive(snap(quiet), late, Limits()).device == "gpu"  # slack: served at once
+
+
+@pytest.mark.parametrize(("order", "expected"), [("fifo", 0), ("deadline", 2)])
+def test_the_deadline_order_offers_capacity_to_the_oldest_request_still_on_time(order: str, expected: int) -> None:
+    arrivals = [0.0, 1.0, 7.0, 8.0]  # at t=10 with a 5 s target: the first two are late
+    assert next_index(arrivals, 10.0, 5.0, order) == expected  # type: ignore[arg-type]
+
+
+def test_a_full_deadline_queue_refuses_its_oldest_late_request_fifo_the_new_one() -> None:
+    assert evict_index([0.0, 9.0], 10.0, 5.0, "deadline") == 0
+    assert evict_index([6.0, 9.0], 10.0, 5.0, "deadline") is None
+    assert evict_index([0.0, 9.0], 10.0, 5.0, "fifo") is None
+    assert (queue_order("adaptive"), queue_order("classic"), queue_order("gpu-only")) == ("deadline", "fifo", "fifo")
