@@ -19,6 +19,7 @@ from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
 from syshaxd.config import Handoff
 from syshaxd.policy import get_policy
+from syshaxd.policy.queueing import queue_order
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
         engines.append(EngineSpec("cpu0", "cpu", load_profile(spec.cpu_profile)))
     trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens) for r in requests]
     result = run(trace, engines, get_policy(spec.policy), limits(spec.ttft_target, spec.tpot_target, spec.handoff),
-                 RunOptions(handoff=spec.handoff))
+                 RunOptions(handoff=spec.handoff, queue_order=queue_order(spec.policy)))
     outcomes = [
         Outcome(arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, ttft=r.ttft,
                 e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route,

@@ -25,6 +25,10 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario("a100-80g+q8", "gpu-a100", "cpu-kunpeng920-q8", "2 x A100 80 GB (TP2) + 2 x Kunpeng 920, q8_0"),
         Scenario("a100-40g+q4", "gpu-a100-40g", "cpu-kunpeng920-q4", "2 x A100 40 GB (TP2, KV-starved) + Kunpeng 920, q4_0"),
         Scenario("a100-40g+q8", "gpu-a100-40g", "cpu-kunpeng920-q8", "2 x A100 40 GB (TP2, KV-starved) + Kunpeng 920, q8_0"),
+        Scenario("l4-moe+xeon", "gpu-l4-qwen3moe", "cpu-xeon-amx-qwen3moe",
+                 "Qwen3-30B-A3B (MoE, 3.3B active): 1 x L4 24 GB (AWQ) + 1 Xeon 8480+ socket (AMX, Q4_K_M)"),
+        Scenario("a100-40g-14b+xeon", "gpu-a100-40g-14b", "cpu-xeon-amx-14b",
+                 "R1-Distill-Qwen-14B (dense): 1 x A100 40 GB (bf16, KV-starved) + 1 Xeon 8480+ socket (AMX, Q4_K_M)"),
     )
 }
 #: The policies compared; ``cpu-only`` runs only to measure the CPU alone for the ceiling.

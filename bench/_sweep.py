@@ -3,15 +3,22 @@
 Three phases, each a batch of independent runs spread over worker processes:
 
 1. **GPU-only capacity** per workload and GPU profile: the highest offered rate at which
-   ``gpu-only`` meets both targets for ``CAPACITY_SHARE`` of the requests (bisection
-   between a tenth of and the GPU's saturated throughput).
+   ``gpu-only`` meets both targets for ``CAPACITY_SHARE`` of the requests (median over the
+   trace windows). The search starts between a tenth of and the GPU's saturated
+   throughput; when ``gpu-only`` already misses at the bottom, it brackets downward
+   (a quarter at a time, ``DOWN_STEPS`` times) before it bisects, and when no rate meets
+   the targets it says so (``capacity_met`` false; the sweep is then based on the lowest
+   rate tried).
 2. **The CPU alone** per workload and CPU profile: ``cpu-only`` at fractions of the CPU's
    saturated throughput; its best goodput.
 3. **The sweep**: every policy at ``SWEEP`` multiples of the GPU-only capacity.
 
 The ceiling of a scenario is the GPU's best ``gpu-only`` goodput (over every rate tried)
-plus the CPU's best ``cpu-only`` goodput. A run is a pure function of its task, so the
-same seed gives the same report whatever the number of workers.
+plus the CPU's best ``cpu-only`` goodput. Every point is measured over several trace
+windows (``Settings.seeds``: each seed picks a window and its Poisson arrivals) and
+reported as the median window with the spread (min, max) of goodput beside it. A run is a
+pure function of its task, so the same seeds give the same report whatever the number of
+workers.
 """
 
 from __future__ import annotations
@@ -33,6 +40,8 @@ from syshaxd.config import Handoff
 CAPACITY_SHARE = 0.9
 #: Bisection steps of the capacity search (the bracket shrinks 2^n times).
 CAPACITY_STEPS = 6
+#: Steps (each a quarter of the rate before) the capacity search may bracket downward.
+DOWN_STEPS = 5
 #: Offered rate that saturates any engine here: every request arrives within seconds.
 FLOOD_RATE = 1000.0
 #: Multiples of the CPU's one-at-a-time service rate tried for the CPU alone.
@@ -46,7 +55,7 @@ class Settings:
     """Everything a run depends on (picklable: workers rebuild workloads from it)."""
 
     traces: Path
-    seed: int
+    seeds: tuple[int, ...]
     requests: int
     ttft_target: float
     tpot_target: float
@@ -58,11 +67,24 @@ def _source(name: str, traces: Path) -> _workloads.Source:
     return _workloads.load(name, traces)
 
 
-def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
-            ) -> tuple[Summary, dict[str, int]]:
-    """Run one policy at one offered rate; its summary and its decisions by kind."""
+def measure_windows(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
+                    ) -> list[tuple[Summary, dict[str, int]]]:
+    """One policy at one offered rate over every trace window of ``settings.seeds``."""
+    return [measure(settings, workload, gpu, cpu, policy, rate, seed) for seed in settings.seeds]
+
+
+def median_window(windows: list[tuple[Summary, dict[str, int]]]) -> tuple[Summary, dict[str, int], list[float]]:
+    """The window of median goodput (the lower one of an even count), and every window's goodput."""
+    ranked = sorted(windows, key=lambda w: w[0].goodput)
+    summary, decisions = ranked[(len(ranked) - 1) // 2]
+    return summary, decisions, [w[0].goodput for w in windows]
+
+
+def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float,
+            seed: int) -> tuple[Summary, dict[str, int]]:
+    """Run one policy at one offered rate on the window of ``seed``; its summary and decisions by kind."""
     count = _workloads.run_size(workload, settings.requests)
-    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, count, settings.seed)
+    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, count, seed)
     spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy, ttft_target=settings.ttft_target,
                    tpot_target=settings.tpot_target, handoff=settings.handoff)
     result = execute(spec, reqs)
@@ -79,12 +101,17 @@ def _sig(value: float) -> float:
 
 def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
     """Phase 1: the GPU-only capacity of one GPU profile on one workload, and its best goodput."""
+    return search_capacity(lambda rate: median_window(measure_windows(settings, workload, gpu, None, "gpu-only", rate))[0])
+
+
+def search_capacity(measure_at: Callable[[float], Summary]) -> dict[str, Any]:
+    """The capacity search over ``measure_at(rate)`` (gpu-only's median window at that rate)."""
     tried: dict[float, Summary] = {}
 
     def at(rate: float) -> Summary:
         rate = _sig(rate)
         if rate not in tried:
-            tried[rate] = measure(settings, workload, gpu, None, "gpu-only", rate)[0]
+            tried[rate] = measure_at(rate)
         return tried[rate]
 
     # A flood's throughput brackets the capacity; timeouts can make it low, so grow the top.
@@ -94,9 +121,12 @@ def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
         if at(hi).attainment < CAPACITY_SHARE:
             break
         lo, hi = hi, hi * 2
-    if at(lo).attainment < CAPACITY_SHARE:
-        hi = lo  # even the bottom of the bracket misses: report it as the capacity
-    for _ in range(CAPACITY_STEPS):
+    for _ in range(DOWN_STEPS):
+        if at(lo).attainment >= CAPACITY_SHARE:
+            break
+        lo, hi = lo / 4, lo  # the bottom misses too: bracket downward
+    met = at(lo).attainment >= CAPACITY_SHARE
+    for _ in range(CAPACITY_STEPS if met else 0):
         mid = _sig((lo + hi) / 2)
         if mid in (_sig(lo), _sig(hi)):
             break
@@ -106,7 +136,7 @@ def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
             hi = mid
     # A flood's goodput (its rate times the few that met the targets) is no sustainable rate.
     best = max((s for r, s in tried.items() if r != FLOOD_RATE), key=lambda s: s.goodput)
-    return {"capacity": _sig(lo), "saturated_rps": saturated, "best_goodput": best.goodput,
+    return {"capacity": _sig(lo), "capacity_met": met, "saturated_rps": saturated, "best_goodput": best.goodput,
             "best_rate": best.offered_rate, "tried": {str(r): s.attainment for r, s in sorted(tried.items())}}
 
 
@@ -117,7 +147,7 @@ def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
     traces the prefill is most of a request's CPU time, so this is close to its capacity.
     """
     profile = load_profile(cpu)
-    reqs = _workloads.requests_at(_source(workload, settings.traces), 1.0, CPU_ALONE_REQUESTS, settings.seed)
+    reqs = _workloads.requests_at(_source(workload, settings.traces), 1.0, CPU_ALONE_REQUESTS, settings.seeds[0])
     total = sum(timing.prefill_time(profile, r.prompt_tokens)
                 + r.output_tokens * timing.decode_step_time(profile, [r.prompt_tokens + r.output_tokens // 2])
                 for r in reqs)
@@ -128,7 +158,8 @@ def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
     """Phase 2: ``cpu-only`` at multiples of the CPU's one-at-a-time rate; the best goodput."""
     base = cpu_service_rate(settings, workload, cpu)
     small = replace(settings, requests=min(settings.requests, CPU_ALONE_REQUESTS))
-    tried = [measure(small, workload, None, cpu, "cpu-only", _sig(base * f))[0] for f in CPU_FACTORS]
+    tried = [median_window(measure_windows(small, workload, None, cpu, "cpu-only", _sig(base * f)))[0]
+             for f in CPU_FACTORS]
     best = max(tried, key=lambda s: s.goodput)
     return {"service_rate": base, "best_goodput": best.goodput, "best_rate": best.offered_rate,
             "best_attainment": best.attainment, "requests": small.requests,
@@ -138,8 +169,9 @@ def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
 def sweep_run(settings: Settings, workload: str, gpu: str, cpu: str | None, policy: str, factor: float, rate: float
               ) -> dict[str, Any]:
     """Phase 3: one policy at one rate of the sweep on one pair of engines."""
-    summary, decisions = measure(settings, workload, gpu, cpu, policy, rate)
-    return {"policy": policy, "rate_factor": factor, **summary.as_dict(), "decisions": decisions}
+    summary, decisions, goodputs = median_window(measure_windows(settings, workload, gpu, cpu, policy, rate))
+    return {"policy": policy, "rate_factor": factor, **summary.as_dict(), "decisions": decisions,
+            "goodput_windows": goodputs, "goodput_min": min(goodputs), "goodput_max": max(goodputs)}
 
 
 Task = tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]

@@ -15,6 +15,13 @@ Three workloads, each a list of requests (arrival second, prompt tokens, output 
 
 Every request is made to fit the engines' context (``CONTEXT_LIMIT``): the output is kept
 and the prompt cut, as a client trims its history. The same seed gives the same requests.
+
+A trace whose timestamps sit on a coarse grid (every one a whole second, say) records
+when a request arrived only to within its grid cell; replayed as is, every cell becomes
+a burst of simultaneous arrivals. Such a trace's arrivals are spread uniformly within
+their cell (seeded), which keeps every cell's count and so the trace's burstiness at the
+grid's own scale (``grid_of``, ``Source.grid``). The Azure 2023 trace has sub-second
+timestamps and is replayed as recorded.
 """
 
 from __future__ import annotations
@@ -26,14 +33,21 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
+from sim.traces import grid_of, spread_within_grid
+
 AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
+ARXIV_FILE = Path("arxiv_summarization_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
 #: sysHAX's guide runs both engines with --max_model_len=8192; leave room for the template.
 CONTEXT_LIMIT = 8192 - 64
 #: Output length multiplier of the reasoning variant: the Azure mean of 211 tokens becomes
 #: ~2,100, its p99 ~6,000 (capped by the context).
 REASONING_SCALE = 10
 WORKLOADS: tuple[str, ...] = ("azure-conv", "sharegpt", "azure-reasoning")
+#: Workloads no policy was tuned on, for checking a result on data it has not seen:
+#: ``arxiv`` — arXiv summarisation lengths (Sarathi-Serve's stats; long prompts, short
+#: answers) with seeded Poisson arrivals. Run them with ``--workloads``.
+HELD_OUT: tuple[str, ...] = ("arxiv",)
 #: Share of ``--requests`` a run of each workload replays: reasoning answers are ten times
 #: longer, so half as many requests still make a run of comparable virtual length.
 RUN_SHARE: dict[str, float] = {"azure-reasoning": 0.5}
@@ -65,6 +79,7 @@ class Source:
     gaps: tuple[float, ...]  # seconds between consecutive requests; empty = no timestamps
     lengths: tuple[tuple[int, int], ...]  # (prompt tokens, output tokens)
     citation: str
+    grid: float | None = None  # seconds: the timestamps' resolution when it is coarse
 
     @property
     def recorded_rate(self) -> float | None:
@@ -128,7 +143,22 @@ def load_azure(traces: Path) -> Source:
     lengths = tuple(
         _fit(_int(path, i + 2, r, "ContextTokens"), _int(path, i + 2, r, "GeneratedTokens")) for i, r in enumerate(rows)
     )
-    return Source("azure-conv", gaps, lengths, "Azure LLM inference trace 2023 (conv), CC-BY 4.0, Splitwise ISCA'24")
+    relative = [t - stamps[0] for t in stamps]
+    return Source("azure-conv", gaps, lengths, "Azure LLM inference trace 2023 (conv), CC-BY 4.0, Splitwise ISCA'24",
+                  grid=grid_of(relative))
+
+
+def load_lengths(traces: Path, name: str, file: Path, citation: str) -> Source:
+    """A length-statistics trace (``num_prefill_tokens,num_decode_tokens,...``; no timestamps)."""
+    path = traces / file
+    rows = _open(path)
+    if not rows:
+        raise WorkloadError(f"{path}: no requests")
+    lengths = tuple(
+        _fit(_int(path, i + 2, r, "num_prefill_tokens"), _int(path, i + 2, r, "num_decode_tokens"))
+        for i, r in enumerate(rows)
+    )
+    return Source(name, (), lengths, citation)
 
 
 def load_sharegpt(traces: Path) -> Source:
@@ -147,7 +177,7 @@ def load_sharegpt(traces: Path) -> Source:
 def reasoning(source: Source, scale: int = REASONING_SCALE) -> Source:
     """The same arrivals and prompts with outputs ``scale`` times longer (within the context)."""
     lengths = tuple(_fit(p, o * scale) for p, o in source.lengths)
-    return Source("azure-reasoning", source.gaps, lengths, f"{source.citation}; outputs x{scale}")
+    return Source("azure-reasoning", source.gaps, lengths, f"{source.citation}; outputs x{scale}", source.grid)
 
 
 def load(name: str, traces: Path) -> Source:
@@ -163,7 +193,9 @@ def load(name: str, traces: Path) -> Source:
         return load_sharegpt(traces)
     if name == "azure-reasoning":
         return reasoning(load_azure(traces))
-    raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
+    if name == "arxiv":
+        return load_lengths(traces, "arxiv", ARXIV_FILE, "arXiv summarisation length stats (Sarathi-Serve), Apache-2.0")
+    raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS + HELD_OUT)}")
 
 
 def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Request]:
@@ -182,9 +214,12 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
         count = min(count, n)
         start = rng.randrange(0, n - count + 1)
         gaps: Sequence[float] = source.gaps[start : start + count - 1]
+        lengths = source.lengths[start : start + count]
+        if source.grid:
+            times = spread_within_grid(gaps, source.grid, rng)
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
         span = sum(gaps)
         factor = (len(gaps) / rate) / span if span > 0 else 0.0
-        lengths = source.lengths[start : start + count]
         arrivals = [0.0]
         for gap in gaps:
             arrivals.append(arrivals[-1] + gap * factor)

@@ -32,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import _report, _sweep
 from bench._common import results_dir
 from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick
-from bench._workloads import WORKLOADS, WorkloadError
+from bench._workloads import HELD_OUT, WORKLOADS, WorkloadError
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
@@ -46,13 +46,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="tiny run: one scenario, two workloads, three rates, 60 requests")
     p.add_argument("--out", type=Path, help="JSON report path (default bench/results/policies.json)")
     p.add_argument("--traces", type=Path, default=DEFAULT_TRACES, help=f"trace directory (default {DEFAULT_TRACES})")
-    p.add_argument("--seed", type=int, default=1, help="picks the trace window and the Poisson arrivals (default 1)")
+    p.add_argument("--seed", type=int, default=1, help="the first trace window (and its Poisson arrivals) (default 1)")
+    p.add_argument("--windows", type=int, help="trace windows per point: seeds seed, seed+1, ... (default 3, quick 1)")
     p.add_argument("--requests", type=int, help="requests per run (default 1000, quick 60)")
     p.add_argument("--ttft", type=float, default=5.0, help="TTFT target in seconds (default 5)")
     p.add_argument("--tpot", type=float, default=0.2, help="TPOT target in seconds (default 0.2)")
     p.add_argument("--handoff", choices=HANDOFFS, default="syshax",
                    help="pd_split handoff protocol (default syshax, sysHAX's shared-KV fork)")
-    p.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    p.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)} (or the held-out "
+                   f"{','.join(HELD_OUT)})")
     p.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     p.add_argument("--docs", type=Path, help="update this Markdown file and its plots (default: docs/benchmarks.md on a full run)")
@@ -64,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validated choices of the run (raises ValueError with a message for the user)."""
-    workloads = pick(args.workloads, WORKLOADS, "workload")
+    workloads = pick(args.workloads, WORKLOADS + HELD_OUT, "workload") if args.workloads else list(WORKLOADS)
     scenarios = pick(args.scenarios, SCENARIOS, "scenario")
     if args.quick:
         workloads = workloads if args.workloads else ["azure-conv", "sharegpt"]
@@ -74,6 +76,9 @@ def build_plan(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--requests must be at least 2, got {requests}")
     if args.ttft <= 0 or args.tpot <= 0:
         raise ValueError("--ttft and --tpot must be positive")
+    windows = args.windows if args.windows is not None else (1 if args.quick else 3)
+    if windows < 1:
+        raise ValueError(f"--windows must be at least 1, got {windows}")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be at least 1, got {args.jobs}")
     if not args.traces.is_dir():
@@ -82,6 +87,7 @@ def build_plan(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "workloads": workloads, "scenarios": scenarios, "policies": list(POLICIES),
         "sweep": list(QUICK_SWEEP if args.quick else SWEEP), "requests": requests, "seed": args.seed,
+        "seeds": list(range(args.seed, args.seed + windows)),
         "ttft_target": args.ttft, "tpot_target": args.tpot, "handoff": args.handoff, "quick": args.quick,
         "capacity_share": _sweep.CAPACITY_SHARE, "cpu_alone_requests": _sweep.CPU_ALONE_REQUESTS,
     }
@@ -132,7 +138,8 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
                 r["ceiling_fraction"] = r["goodput"] / ceiling if ceiling > 0 else 0.0
             block["scenarios"][s] = {
                 "summary": sc.summary, "gpu_profile": sc.gpu_profile, "cpu_profile": sc.cpu_profile,
-                "capacity": cap["capacity"], "gpu_saturated_rps": cap["saturated_rps"], "capacity_search": cap["tried"],
+                "capacity": cap["capacity"], "capacity_met": cap.get("capacity_met", True),
+                "gpu_saturated_rps": cap["saturated_rps"], "capacity_search": cap["tried"],
                 "gpu_alone_goodput": gpu_best, "cpu_alone": cpu, "cpu_alone_goodput": cpu["best_goodput"],
                 "ceiling": ceiling, "runs": runs,
             }
@@ -170,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as exc:
             console.print(f"[red]error:[/] {exc}")
             return 2
-        settings = _sweep.Settings(args.traces.resolve(), plan["seed"], plan["requests"], plan["ttft_target"],
+        settings = _sweep.Settings(args.traces.resolve(), tuple(plan["seeds"]), plan["requests"], plan["ttft_target"],
                                    plan["tpot_target"], plan["handoff"])
         try:
             report = run(plan, settings, args.jobs, console)

@@ -6,6 +6,11 @@ Formats (``shared/traces/SOURCES.md``):
 - ShareGPT / arXiv length statistics (``num_prefill_tokens,num_decode_tokens,...``):
   lengths only; arrivals are drawn from a Poisson process at ``rate`` requests/s.
 Everything random takes a seed, so the same seed gives the same workload.
+
+Timestamps on a coarse grid (all whole seconds, say) only say in which cell a request
+arrived: replayed as recorded, each cell would be a burst of simultaneous arrivals, so
+such arrivals are spread uniformly (seeded) within their cell (``grid_of``,
+``spread_within_grid``).
 """
 
 from __future__ import annotations
@@ -56,6 +61,29 @@ def _timestamp(text: str) -> float:
     except ValueError:
         raise TraceError(f"unreadable timestamp {text!r}") from None
     return base.timestamp() + (float(f"0.{frac}") if frac else 0.0)
+
+
+#: Timestamp resolutions (seconds) a trace may be rounded to, coarsest first.
+GRIDS: tuple[float, ...] = (60.0, 1.0, 0.1)
+
+
+def grid_of(stamps: Sequence[float]) -> float | None:
+    """The coarsest of ``GRIDS`` every timestamp is a multiple of, or None (fine-grained)."""
+    if len(stamps) < 2:
+        return None
+    for unit in GRIDS:
+        if all(abs(t / unit - round(t / unit)) < 1e-6 for t in stamps):
+            return unit
+    return None
+
+
+def spread_within_grid(gaps: Sequence[float], grid: float, rng: random.Random) -> list[float]:
+    """Arrival times (from 0) of gapped grid timestamps, each moved uniformly within its cell, in order."""
+    stamps = [0.0]
+    for gap in gaps:
+        stamps.append(stamps[-1] + gap)
+    moved = sorted(t + rng.random() * grid for t in stamps)
+    return [t - moved[0] for t in moved]
 
 
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
@@ -129,6 +157,9 @@ def load_trace(
             raise TraceError(f"{path} has no requests")
         t0 = stamps[0]
         times = [t - t0 for t in stamps]
+        grid = grid_of(times)
+        if grid is not None:
+            times = spread_within_grid([b - a for a, b in zip(times, times[1:], strict=False)], grid, random.Random(seed))
         if rate is not None and len(times) > 1 and times[-1] > 0:
             factor = (len(times) - 1) / times[-1] / rate
             times = [t * factor for t in times]
