@@ -84,19 +84,27 @@ def markdown_table(report: Report, workload: str, scenario: str) -> str:
     return "\n".join(lines)
 
 
+def _grid_cell(run: Run) -> str:
+    """``0.52 [0.50-0.55] (95%)``: the median window's goodput, the spread over windows, its share of the ceiling."""
+    windows = run.get("goodput_windows") or []
+    spread = f" [{min(windows):.3g}-{max(windows):.3g}]" if len(windows) > 1 else ""
+    return f"{run['goodput']:.3g}{spread} ({fmt(run['ceiling_fraction'], '%')})"
+
+
 def goodput_grid(report: Report, workload: str) -> str:
-    """Markdown: goodput as a share of the ceiling, per scenario, policy and rate."""
+    """Markdown: goodput (median window, spread over windows) and its share of the ceiling, per scenario, policy, rate."""
     factors = report["config"]["sweep"]
     head = ["scenario", "capacity", "ceiling", "policy", *(f"{f:g}x" for f in factors)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for scenario, block in report["workloads"][workload]["scenarios"].items():
         by = {(r["policy"], r["rate_factor"]): r for r in block["runs"]}
         for i, policy in enumerate(report["config"]["policies"]):
-            cells = [scenario, f"{block['capacity']:.2f}", f"{block['ceiling']:.2f}"] if i == 0 else ["", "", ""]
+            cap = f"{block['capacity']:.3g}" if block.get("capacity_met", True) else f"none ({block['capacity']:.3g})"
+            cells = [scenario, cap, f"{block['ceiling']:.3g}"] if i == 0 else ["", "", ""]
             cells.append(policy)
             for f in factors:
                 run = by.get((policy, f))
-                cells.append(f"{run['goodput']:.2f} ({fmt(run['ceiling_fraction'], '%')})" if run else "-")
+                cells.append(_grid_cell(run) if run else "-")
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
