@@ -78,3 +78,19 @@ def test_a_grid_trace_replays_without_bursts_of_simultaneous_arrivals() -> None:
     assert len(set(arrivals)) == len(arrivals)
     as_recorded = requests_at(Source("t", src.gaps, src.lengths, "test"), rate=2.0, count=81, seed=1)
     assert len({r.arrival for r in as_recorded}) == 21  # without the spread: 4 at a time
+
+
+def _run(policy: str, factor: float, windows: list[float]) -> dict[str, object]:
+    return {"policy": policy, "rate_factor": factor, "goodput": sorted(windows)[1], "goodput_windows": windows}
+
+
+def test_adaptive_is_held_to_the_better_baseline_in_every_window_with_one_percent_of_slack() -> None:
+    from bench._findings import versus_baselines
+
+    block = {"runs": [
+        _run("gpu-only", 1.0, [1.0, 1.0, 1.0]), _run("classic", 1.0, [0.5, 1.2, 0.5]),
+        _run("adaptive", 1.0, [0.995, 1.17, 1.5]),  # -0.5% vs gpu-only: fine; -2.5% vs classic: a miss
+    ]}
+    held, total, worst = versus_baselines(block)
+    assert (held, total) == (2, 3)
+    assert worst == "-3% vs classic at 1x, window 2 (1.170 vs 1.200 req/s)"
