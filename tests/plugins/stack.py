@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -214,3 +215,16 @@ def make_module_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Call
     """The same factory for stacks shared by a module's tests (read-only tests only)."""
     with _stack_factory(tmp_path_factory.mktemp("stack")) as start:
         yield start
+
+
+@pytest.fixture
+def make_stacks(tmp_path: Path) -> Iterator[Callable[[str], Callable[..., Stack]]]:
+    """Several stacks in one test, each under its own directory: ``make_stacks("a")(policy=...)``."""
+    with contextlib.ExitStack() as stacks:
+
+        def factory(name: str) -> Callable[..., Stack]:
+            where = tmp_path / name
+            where.mkdir()
+            return stacks.enter_context(_stack_factory(where))
+
+        yield factory
