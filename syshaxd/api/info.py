@@ -107,6 +107,24 @@ def info_router(conductor: Conductor, engines: Sequence[EngineClient],
         """vLLM's ``{"server_load": N}``: requests the box holds (waiting and running)."""
         return JSONResponse({"server_load": conductor.box_load().load})
 
+    @router.get("/get_model_info")
+    async def get_model_info() -> JSONResponse:
+        """The SGLang model gateway's model card of a worker: the model the box serves."""
+        model = conductor.vllm_gauges.model_name
+        return JSONResponse({"model_path": model, "tokenizer_path": model, "served_model_name": model,
+                             "is_generation": True})
+
+    @router.get("/get_server_info")
+    async def get_server_info() -> JSONResponse:
+        """The SGLang model gateway's server info of a worker: one data-parallel rank (the box),
+        its engines, and its load now."""
+        model, load = conductor.vllm_gauges.model_name, conductor.box_load()
+        return JSONResponse({
+            "model_path": model, "served_model_name": model, "tp_size": 1, "dp_size": 1, "version": __version__,
+            "server": "syshax", "engines": [{"name": e.name, "device": e.device} for e in engines],
+            "internal_states": [{"num_reqs": load.load, "num_waiting_reqs": load.waiting}],
+        })
+
     @router.get("/metrics")
     async def metrics() -> Response:
         """The conductor's own Prometheus metrics (syshax_*), and the box's load as vLLM's

@@ -35,6 +35,10 @@ def test_get_load_in_sglangs_shape_and_vllms_load_follow_the_box(make_stack: Cal
     idle = httpx.get(f"{stack.url}/get_load", timeout=5).json()
     assert idle == [{"dp_rank": 0, "num_reqs": 0, "num_waiting_reqs": 0, "num_tokens": 0}]
     assert httpx.get(f"{stack.url}/load", timeout=5).json() == {"server_load": 0}
+    card = httpx.get(f"{stack.url}/get_model_info", timeout=5).json()
+    assert card["model_path"] == "ds-32b" and card["is_generation"] is True
+    info = httpx.get(f"{stack.url}/get_server_info", timeout=5).json()
+    assert info["dp_size"] == 1 and {e["device"] for e in info["engines"]} == {"gpu", "cpu"}
     threads, done = _streams(stack, 5, 300)
     try:
         assert wait_until(lambda: httpx.get(f"{stack.url}/load", timeout=5).json()["server_load"] == 5, timeout=20)
