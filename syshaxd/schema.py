@@ -62,6 +62,44 @@ class DecisionModel(_Wire):
     e2e: float | None = None
 
 
+class EngineInputModel(_Wire):
+    """One engine as the policy saw it when it decided a request (the scrape merged with the
+    conductor's own counts)."""
+
+    name: str
+    device: Literal["gpu", "cpu"]
+    state: str
+    usable: bool
+    running: int
+    waiting: int
+    inflight: int
+    kv_cache_usage: float | None = None  # 0..1
+    tpot_recent: float | None = None  # seconds per output token, recent
+    ttft_recent: float | None = None
+
+
+class RequestRecordModel(_Wire):
+    """One finished request as the daemon keeps it (``GET /v1/requests``, the console's
+    requests view, ``syshax advise``): when it came, how big it was, the decision and its
+    inputs, what happened. Never prompt text."""
+
+    request_id: str
+    arrival: float  # time.time() when the request arrived
+    kind: str  # chat, completion
+    stream: bool
+    prompt_tokens: int  # syshaxd's estimate
+    max_tokens: int
+    output_tokens: int | None = None  # streamed: events counted; None when not known
+    outcome: str
+    decision: DecisionModel | None = None  # None: never routed (refused, timed out waiting)
+    inputs: list[EngineInputModel] = Field(default_factory=list)
+    limits: dict[str, Any] = Field(default_factory=dict)  # the decider's settings at that moment
+    queued: float | None = None  # seconds from arrival to the decision
+    ttft: float | None = None
+    tpot: float | None = None  # (e2e - ttft) / (output_tokens - 1)
+    e2e: float
+
+
 class ConductorStatsModel(_Wire):
     """The conductor's own counters."""
 

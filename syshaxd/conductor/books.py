@@ -12,6 +12,7 @@ import asyncio
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, replace
 
+from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import EngineSpec
 from syshaxd.snapshot import EngineView, Snapshot
@@ -32,9 +33,11 @@ class EngineBooks:
 class Books:
     """Every engine's counts, the requests open against them, and the stats they end in."""
 
-    def __init__(self, specs: Iterable[EngineSpec], stats: Stats) -> None:
+    def __init__(self, specs: Iterable[EngineSpec], stats: Stats, records: RequestLog | None = None) -> None:
         self.engines: dict[str, EngineBooks] = {spec.name: EngineBooks(spec) for spec in specs}
         self.stats = stats
+        #: Every finished request, the last ones kept (:mod:`syshaxd.conductor.records`).
+        self.records = records if records is not None else RequestLog()
         #: Called whenever capacity is given back (the admission queue's kick).
         self.on_release: Callable[[], None] = lambda: None
         self._open: set[Hashable] = set()

@@ -21,6 +21,7 @@ from syshaxd.conductor.admission import AdmissionQueue
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
+from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import Config
 from syshaxd.engines import EngineClient
@@ -28,7 +29,7 @@ from syshaxd.errors import ApiError
 from syshaxd.policy import get_policy, pick_engine
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
-from syshaxd.schema import ConductorStatsModel, DecisionModel
+from syshaxd.schema import ConductorStatsModel, DecisionModel, RequestRecordModel
 from syshaxd.snapshot import Device, EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
@@ -92,7 +93,10 @@ class Conductor:
         self.bus = bus
         self.request_timeout = config.system.request_timeout
         self._engines = dict(engines)
-        self.books = Books((client.spec for client in self._engines.values()), Stats())
+        kept = config.logging
+        self.books = Books((client.spec for client in self._engines.values()), Stats(),
+                           RequestLog(kept.requests_kept, kept.requests_file, kept.requests_file_bytes,
+                                      kept.requests_file_backups))
         self.queue: AdmissionQueue[Route | ApiError] = AdmissionQueue(config.system.max_queue_size)
         self.books.on_release = self.queue.kick
         self.accepting = True
@@ -154,8 +158,8 @@ class Conductor:
 
     def try_route(self, flight: BookedFlight) -> Route | ApiError | None:
         """Ask the policy and reserve engines; None means wait for capacity."""
-        snap = self.live_snapshot()
-        decision = self.policy()(snap, flight.features, self.runtime.limits())
+        snap, limits = self.live_snapshot(), self.runtime.limits()
+        decision = self.policy()(snap, flight.features, limits)
         if flight.forced_mode is Mode.PD_SPLIT and decision.device is not None:
             decision = replace(decision, device="cpu", mode=Mode.PD_SPLIT,
                                reason=f"pd_disagg requested; policy said: {decision.reason}")
@@ -174,6 +178,7 @@ class Conductor:
             engines = (up,)
         for up in engines:
             flight.reserve(up)
+        flight.seen, flight.limits, flight.decided = snap, limits, time.monotonic()
         self._record(flight, decision, engines)
         return Route(decision, engines)
 
@@ -329,6 +334,10 @@ class Conductor:
     def inflight(self) -> dict[str, int]:
         """In-flight requests per engine."""
         return self.books.inflight()
+
+    def recent_requests(self, limit: int | None = None) -> list[RequestRecordModel]:
+        """The last finished requests (``logging.requests_kept`` at most), oldest first."""
+        return self.books.records.models(limit)
 
     def recent_decisions(self) -> list[DecisionModel]:
         """The most recent routing decisions, oldest first."""

@@ -18,10 +18,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from syshaxd.conductor.books import Books
+from syshaxd.conductor.records import Record
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Mode, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.schema import DecisionModel
+from syshaxd.snapshot import Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
 access_log = logging.getLogger("syshaxd.access")
@@ -96,6 +98,9 @@ class BookedFlight:
     expired: bool = False
     resubmitted: bool = False
     finished: bool = False
+    seen: Snapshot | None = None  # what the policy saw when it routed the request
+    limits: Limits | None = None  # ... and the limits it applied
+    decided: float | None = None  # time.monotonic() of that decision
     _holds: set[str] = field(default_factory=set)  # engine names counted in inflight
     _unstarted: set[str] = field(default_factory=set)  # ... and still counted in scheduled
 
@@ -203,9 +208,17 @@ class BookedFlight:
         else:  # never routed: rejected, or timed out in the queue
             stats.record_unrouted(outcome)
         self._log(outcome, e2e, tokens)
+        self._keep(outcome, e2e, tokens)
         self.books.closed(self)
         if released:
             self.books.on_release()
+
+    def _keep(self, outcome: str, e2e: float, tokens: int | None) -> None:
+        parsed = self.parsed
+        self.books.records.add(Record(
+            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, self.features.prompt_tokens,
+            self.features.max_tokens, tokens, outcome, self.decision, self.seen, self.limits,
+            self.decided - self.t0 if self.decided is not None else None, self.ttft, e2e))
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

@@ -264,7 +264,7 @@ class BodyRelay(Relay):
             self._fail_early(self._status_failure(body))
             return
         try:
-            json_answer(self.engine.name, body)
+            answer = json_answer(self.engine.name, body)
         except EngineFailure as failure:
             self._fail_early(failure)
             return
@@ -273,4 +273,6 @@ class BodyRelay(Relay):
         self._commit()
         self.flight.release(self.engine)
         send_whole(self.reply, 200, body, self.flight.request_id)
-        self.flight.finish("ok")
+        usage = answer.get("usage")
+        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        self.flight.finish("ok", tokens=tokens if isinstance(tokens, int) else None)

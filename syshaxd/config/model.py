@@ -284,22 +284,12 @@ class Monitor(_Strict):
 class Control(_Strict):
     """The control socket (console, syshax status/set) and where runtime changes are kept."""
 
-    socket: Path | None = Field(
-        default=None,
-        strict=False,
-        description="Control socket path (default /run/syshax/control.sock, or under $XDG_RUNTIME_DIR for non-root)",
-    )
-    group: str = Field(
-        default="syshax", description="Group whose members may read the control socket"
-    )
-    admin_group: str | None = Field(
-        default=None, description="Group whose members may also change the running daemon"
-    )
-    state_dir: Path | None = Field(
-        default=None,
-        strict=False,
-        description="Where runtime overrides are saved (default /var/lib/syshax, or $STATE_DIRECTORY)",
-    )
+    socket: Path | None = Field(default=None, strict=False, description="Control socket path (default "
+                                "/run/syshax/control.sock, or under $XDG_RUNTIME_DIR for non-root)")
+    group: str = Field(default="syshax", description="Group whose members may read the control socket")
+    admin_group: str | None = Field(default=None, description="Group whose members may also change the running daemon")
+    state_dir: Path | None = Field(default=None, strict=False, description="Where runtime overrides are saved "
+                                   "(default /var/lib/syshax, or $STATE_DIRECTORY)")
 
     @field_validator("socket")
     @classmethod
@@ -318,6 +308,12 @@ class Logging(_Strict):
     level: Literal["debug", "info", "warning", "error"] = Field(
         default="info", description="Log level; prompt text is only logged at debug"
     )
+    requests_kept: int = Field(default=2000, ge=0, le=1_000_000, description="Finished requests the daemon keeps "
+                               "in memory for the console's requests view and `syshax advise` (never prompt text)")
+    requests_file: Path | None = Field(default=None, strict=False, description="Also append every finished request "
+                                       "as a JSON line here (rotated; never prompt text); null: memory only")
+    requests_file_bytes: int = Field(default=64 * 1024**2, ge=4096, description="Size at which requests_file rotates")
+    requests_file_backups: int = Field(default=5, ge=1, le=100, description="Rotated requests files kept")
 
 
 class Config(_Strict):
@@ -373,21 +369,11 @@ def _specs(services: Services) -> list[EngineSpec]:
     specs: list[EngineSpec] = []
     for device in ("gpu", "cpu"):
         service: DeviceService = getattr(services, device)
-        specs.append(
-            EngineSpec(
-                service.name or f"{device}0",
-                device,
-                service.url(),
-                service.dialect,
-                service.handoff,
-            )
-        )
+        specs.append(EngineSpec(service.name or f"{device}0", device, service.url(), service.dialect, service.handoff))
         for index, extra in enumerate(service.endpoints, start=1):
             url = f"http://{_host_for_url(extra.host)}:{extra.port}"
-            name = extra.name or f"{device}{index}"
-            specs.append(
-                EngineSpec(name, device, url, extra.dialect or service.dialect, service.handoff)
-            )
+            specs.append(EngineSpec(extra.name or f"{device}{index}", device, url, extra.dialect or service.dialect,
+                                    service.handoff))
     return specs
 
 

@@ -3,6 +3,8 @@
 Resources (JSON; errors are ``{"error": ..., "key": ...}``):
 
 - ``GET /v1/state`` -- :class:`~syshaxd.schema.StateModel`.
+- ``GET /v1/requests?limit=N`` -- the last finished requests
+  (:class:`~syshaxd.schema.RequestRecordModel`), oldest first: decision, inputs, outcome.
 - ``GET /v1/events`` -- Server-Sent Events: ``state`` a few times a second, ``decision`` per
   routed request, ``config`` on every change, ``dropped`` when this reader fell behind.
 - ``PATCH /v1/config`` -- a flat object of dotted keys, all or nothing; 422 names the key.

@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from syshaxd.config import RuntimeConfig
 from syshaxd.control.bus import EventBus
 from syshaxd.control.peercred import PEER_SCOPE_KEY, AccessPolicy, PeerCred
-from syshaxd.schema import ConfigChangeModel, StateModel
+from syshaxd.schema import ConfigChangeModel, RequestRecordModel, StateModel
 
 
 @dataclass
@@ -27,6 +27,8 @@ class ControlContext:
     reload: Callable[[], Awaitable[ConfigChangeModel]]
     #: Drain the whole box and stop (``POST /v1/drain``); returns what it will do, for people.
     drain: Callable[[str], str] | None = None
+    #: The last finished requests, oldest first (``GET /v1/requests``; at most ``limit``).
+    requests: Callable[[int | None], list[RequestRecordModel]] | None = None
     events_queue_size: int = 256
 
 

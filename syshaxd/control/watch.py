@@ -12,13 +12,13 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
 from syshaxd.config import RuntimeConfig
 from syshaxd.control.bus import EventBus, Subscription
-from syshaxd.control.context import ControlContext, may_read
-from syshaxd.schema import StateModel
+from syshaxd.control.context import ControlContext, ControlError, may_read
+from syshaxd.schema import RequestRecordModel, StateModel
 
 log = logging.getLogger("syshaxd.control")
 
@@ -35,6 +35,13 @@ def watch_router(ctx: ControlContext) -> APIRouter:
     @router.get("/v1/state", response_model=StateModel)
     async def get_state() -> StateModel:
         return ctx.state()
+
+    @router.get("/v1/requests", response_model=list[RequestRecordModel])
+    async def get_requests(limit: int | None = Query(default=None, ge=0, le=1_000_000)) -> list[RequestRecordModel]:
+        """The last finished requests, oldest first: the decision, its inputs and what happened."""
+        if ctx.requests is None:
+            raise ControlError(501, "this daemon keeps no record of its requests")
+        return ctx.requests(limit)
 
     @router.get("/v1/events")
     async def get_events() -> StreamingResponse:

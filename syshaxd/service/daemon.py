@@ -120,7 +120,8 @@ class Daemon:
         # the TCP port or the engines, and never deletes the first one's socket.
         control = create_control_socket(default_socket_path(self.config.control.socket), self.config.control.group)
         ctx = ControlContext(runtime=self.runtime, bus=self.bus, access=AccessPolicy.from_config(self.config, control.gid),
-                             state=self.state, reload=self.reload, drain=self.drain)
+                             state=self.state, reload=self.reload, drain=self.drain,
+                             requests=lambda limit: self._parts.conductor.recent_requests(limit))
         controls = ControlSockets(control, lambda: create_control_app(ctx))
         try:
             return await self._run_with(controls, ctx)

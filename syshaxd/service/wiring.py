@@ -50,6 +50,7 @@ class Parts:
         """Stop the background work (after :meth:`drain`)."""
         await self.vitals.stop()
         await self.monitor.stop()
+        self.conductor.books.records.close()
 
 
 async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> Parts:
