@@ -100,6 +100,36 @@ class RequestRecordModel(_Wire):
     e2e: float
 
 
+class AdviceOption(_Wire):
+    """One setting ``syshax advise`` replayed the recorded window under, and what it predicts."""
+
+    label: str  # for people: "adaptive, cpu batch 20, auto-PD off"
+    settings: dict[str, Any] = Field(default_factory=dict)  # dotted runtime keys -> values (PATCH /v1/config)
+    goodput: float  # predicted requests/s meeting the TTFT and TPOT targets
+    throughput: float  # predicted finished requests/s
+    ttft_p50: float | None = None  # seconds
+    ttft_p99: float | None = None
+    tpot_p99: float | None = None
+    cpu_share: float = 0.0  # share of requests the CPU served (whole or decode)
+    current: bool = False  # the daemon's setting when the window was recorded
+
+
+class AdviceModel(_Wire):
+    """The latest advice (``POST``/``GET /v1/advice``; the console shows it): the recorded
+    window replayed in virtual time under each option."""
+
+    made_at: float  # time.time()
+    requests: int  # in the replayed window
+    window_s: float  # its length
+    profiles: dict[str, str] = Field(default_factory=dict)  # device -> profile used (calibrated file or name)
+    options: list[AdviceOption] = Field(default_factory=list)
+    #: The current setting's prediction against what really happened in the same window:
+    #: relative errors, e.g. {"ttft_p50": 0.08, "throughput": -0.03}.
+    current_error: dict[str, float] = Field(default_factory=dict)
+    recommended: int | None = None  # index into options
+    summary: str = ""  # one sentence for people
+
+
 class ConductorStatsModel(_Wire):
     """The conductor's own counters."""
 

@@ -5,6 +5,8 @@ Resources (JSON; errors are ``{"error": ..., "key": ...}``):
 - ``GET /v1/state`` -- :class:`~syshaxd.schema.StateModel`.
 - ``GET /v1/requests?limit=N`` -- the last finished requests
   (:class:`~syshaxd.schema.RequestRecordModel`), oldest first: decision, inputs, outcome.
+- ``POST /v1/advice``, ``GET /v1/advice`` -- the latest advice of ``syshax advise``
+  (:class:`~syshaxd.schema.AdviceModel`), kept for the console.
 - ``GET /v1/events`` -- Server-Sent Events: ``state`` a few times a second, ``decision`` per
   routed request, ``config`` on every change, ``dropped`` when this reader fell behind.
 - ``PATCH /v1/config`` -- a flat object of dotted keys, all or nothing; 422 names the key.

@@ -12,10 +12,11 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Request
+from pydantic import ValidationError
 
 from syshaxd.config import ConfigError, PatchError
 from syshaxd.control.context import ControlContext, ControlError, may_write, who
-from syshaxd.schema import ConfigChangeModel
+from syshaxd.schema import AdviceModel, ConfigChangeModel
 
 log = logging.getLogger("syshaxd.control")
 
@@ -58,6 +59,18 @@ def config_router(ctx: ControlContext) -> APIRouter:
             return await ctx.reload()
         except ConfigError as exc:
             raise ControlError(422, f"reload failed, the running config is unchanged: {exc}", exc.key) from None
+
+    @router.post("/v1/advice", response_model=AdviceModel)
+    async def post_advice(request: Request) -> AdviceModel:
+        """Keep the advice ``syshax advise`` made, for the console (``GET /v1/advice``)."""
+        try:
+            advice = AdviceModel.model_validate(await json_body(request))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise ControlError(422, f"not an advice: {first['msg']}", ".".join(map(str, first["loc"]))) from None
+        ctx.advice = advice
+        ctx.bus.publish("advice", advice)
+        return advice
 
     @router.post("/v1/drain")
     async def drain(request: Request) -> dict[str, str]:

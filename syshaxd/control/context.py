@@ -13,7 +13,7 @@ from fastapi import Depends, Request
 from syshaxd.config import RuntimeConfig
 from syshaxd.control.bus import EventBus
 from syshaxd.control.peercred import PEER_SCOPE_KEY, AccessPolicy, PeerCred
-from syshaxd.schema import ConfigChangeModel, RequestRecordModel, StateModel
+from syshaxd.schema import AdviceModel, ConfigChangeModel, RequestRecordModel, StateModel
 
 
 @dataclass
@@ -29,6 +29,8 @@ class ControlContext:
     drain: Callable[[str], str] | None = None
     #: The last finished requests, oldest first (``GET /v1/requests``; at most ``limit``).
     requests: Callable[[int | None], list[RequestRecordModel]] | None = None
+    #: The latest advice ``syshax advise`` posted (kept in memory, lost on restart).
+    advice: AdviceModel | None = None
     events_queue_size: int = 256
 
 

@@ -18,7 +18,7 @@ from fastapi.responses import StreamingResponse
 from syshaxd.config import RuntimeConfig
 from syshaxd.control.bus import EventBus, Subscription
 from syshaxd.control.context import ControlContext, ControlError, may_read
-from syshaxd.schema import RequestRecordModel, StateModel
+from syshaxd.schema import AdviceModel, RequestRecordModel, StateModel
 
 log = logging.getLogger("syshaxd.control")
 
@@ -42,6 +42,13 @@ def watch_router(ctx: ControlContext) -> APIRouter:
         if ctx.requests is None:
             raise ControlError(501, "this daemon keeps no record of its requests")
         return ctx.requests(limit)
+
+    @router.get("/v1/advice", response_model=AdviceModel)
+    async def get_advice() -> AdviceModel:
+        """The latest advice ``syshax advise`` left here (404 before any)."""
+        if ctx.advice is None:
+            raise ControlError(404, "no advice yet: run `syshax advise`")
+        return ctx.advice
 
     @router.get("/v1/events")
     async def get_events() -> StreamingResponse:

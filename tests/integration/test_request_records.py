@@ -74,3 +74,20 @@ def test_records_go_to_a_rotating_file_and_never_hold_prompt_text(
         assert {line["outcome"] for line in lines} == {"ok"} and len(lines) < 30  # the oldest rotated away
         assert all(RequestRecordModel.model_validate(line).decision is not None for line in lines)
         assert SECRET not in "".join(f.read_text() for f in files)
+
+
+def test_the_daemon_keeps_the_latest_advice_for_the_console(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(policy="gpu-only")
+    transport = httpx.HTTPTransport(uds=str(stack.tmp / "run" / "control.sock"))
+    with httpx.Client(transport=transport, base_url="http://syshaxd", timeout=10) as control:
+        none = control.get("/v1/advice")
+        assert none.status_code == 404 and "syshax advise" in none.json()["error"]
+        advice = {"made_at": 1.0, "requests": 40, "window_s": 60.0, "summary": "keep it",
+                  "options": [{"label": "gpu-only", "goodput": 0.5, "throughput": 0.6, "current": True}],
+                  "recommended": 0}
+        assert control.post("/v1/advice", json=advice).status_code == 200
+        kept = control.get("/v1/advice").json()
+        assert kept["options"][0]["label"] == "gpu-only" and kept["recommended"] == 0
+        bad = control.post("/v1/advice", json={**advice, "options": [{"label": "x"}]})
+        assert bad.status_code == 422 and bad.json()["key"].startswith("options.0")
+        assert control.get("/v1/advice").json()["summary"] == "keep it"  # unchanged
