@@ -13,13 +13,15 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import httpx
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, RootModel, ValidationError
 
 from syshaxd.schema import (
+    AdviceModel,
     ConfigChangeModel,
     DecisionModel,
     ErrorModel,
     PatchBody,
+    RequestRecordModel,
     StateModel,
 )
 from syshaxd.sse import aiter_events
@@ -112,6 +114,22 @@ class ControlClient:
         response = await self._request("POST", "/v1/reload")
         return _parse_change(response)
 
+    async def requests(self, limit: int | None = None) -> list[RequestRecordModel]:
+        """GET /v1/requests: the last finished requests, oldest first."""
+        params = "" if limit is None else f"?limit={limit}"
+        response = await self._request("GET", f"/v1/requests{params}")
+        return _parse(_RecordList, response.content, "/v1/requests").root
+
+    async def advice(self) -> AdviceModel | None:
+        """GET /v1/advice: the latest advice of ``syshax advise``; None before any."""
+        try:
+            response = await self._request("GET", "/v1/advice")
+        except Rejected as exc:
+            if exc.status == 404:
+                return None
+            raise
+        return _parse(AdviceModel, response.content, "/v1/advice")
+
     async def events(self) -> AsyncIterator[Event]:
         """Follow GET /v1/events; ends when the daemon closes the stream.
 
@@ -190,6 +208,10 @@ def _parse_change(response: httpx.Response) -> ConfigChangeModel:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+class _RecordList(RootModel[list[RequestRecordModel]]):
+    """The body of GET /v1/requests."""
 
 
 def _parse(model: type[M], raw: bytes | str, what: str) -> M:

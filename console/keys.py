@@ -28,6 +28,7 @@ from console.model import (
 from console.widgets.confirm import ConfirmModal
 from console.widgets.decisions import DecisionLogPanel
 from console.widgets.help import HelpScreen
+from console.widgets.requests import AdviceScreen, RequestsScreen
 from syshaxd.schema import ConfigChangeModel, PatchBody, StateModel
 
 VIEWS = {1: "overview", 2: "devices", 3: "host", 4: "decisions"}
@@ -50,6 +51,8 @@ DESCRIPTIONS: dict[str, str] = {
     "view_2": "View: devices",
     "view_3": "View: host and conductor",
     "view_4": "View: decision log",
+    "requests": "The last finished requests; enter shows one decision's inputs and what happened",
+    "advice": "The latest advice of `syshax advise` (replayed settings, the recommendation)",
     "help": "Show every key and how to read the panels",
     "quit": "Quit the console",
 }
@@ -78,6 +81,8 @@ class ConsoleKeys(App[None]):
         Binding("2", "view(2)", "devices", show=False, id="view_2"),
         Binding("3", "view(3)", "host", show=False, id="view_3"),
         Binding("4", "view(4)", "log", show=False, id="view_4"),
+        Binding("R", "requests", "requests", id="requests"),
+        Binding("a", "advice", "advice", id="advice"),
     ]
 
     # Set up by the app:
@@ -190,6 +195,20 @@ class ConsoleKeys(App[None]):
         self._view = number
         self.main_screen.add_class(f"-view-{VIEWS[number]}")
         self._dirty = True
+
+    def action_requests(self) -> None:
+        """Open the requests view (reads the daemon's record of finished requests)."""
+        if self._client is None:
+            self.notify("not connected to the daemon", severity="warning")
+            return
+        self.push_screen(RequestsScreen(self._client.requests))
+
+    def action_advice(self) -> None:
+        """Open the advice view."""
+        if self._client is None:
+            self.notify("not connected to the daemon", severity="warning")
+            return
+        self.push_screen(AdviceScreen(self._client.advice))
 
     def action_help(self) -> None:
         """Show the help screen."""

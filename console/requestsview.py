@@ -1,0 +1,131 @@
+"""What the requests view and the advice view draw: pure functions of the daemon's records.
+
+The requests view lists the last finished requests, newest first (``GET /v1/requests``);
+Enter on one shows the decision's inputs -- the engines as the policy saw them, the limits
+it applied, its estimates -- beside what happened. The advice view shows the latest advice
+of ``syshax advise`` (``GET /v1/advice``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from console.render import fmt_seconds
+from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel
+
+#: The requests view's columns.
+COLUMNS = ("time", "id", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e", "reason")
+OK_OUTCOMES = frozenset({"ok"})
+#: Limits a person reads first in the detail, in this order (the rest follow).
+FIRST_LIMITS = ("gpu_max_batch_size", "cpu_max_batch_size", "auto_pd_offload", "ttft_target", "tpot_target")
+
+
+def route_of(record: RequestRecordModel) -> str:
+    """``gpu/whole``, ``cpu+gpu/pd_split``, or ``-`` when never routed."""
+    d = record.decision
+    if d is None or d.device is None:
+        return "-"
+    return f"{d.engine or d.device}/{d.mode}"
+
+
+def request_row(record: RequestRecordModel) -> tuple[Text, ...]:
+    """One row of the requests view."""
+    when = time.strftime("%H:%M:%S", time.localtime(record.arrival))
+    outcome = Text(record.outcome, style="green" if record.outcome in OK_OUTCOMES else "bold red")
+    out = "?" if record.output_tokens is None else str(record.output_tokens)
+    reason = record.decision.reason if record.decision is not None else ""
+    cells = (when, record.request_id[:12], route_of(record), outcome, str(record.prompt_tokens),
+             f"{out}/{record.max_tokens}", fmt_seconds(record.queued), fmt_seconds(record.ttft),
+             fmt_seconds(record.tpot), fmt_seconds(record.e2e), reason[:60])
+    return tuple(cell if isinstance(cell, Text) else Text(cell) for cell in cells)
+
+
+def request_detail(record: RequestRecordModel) -> RenderableType:
+    """Everything the policy saw for one request, and what happened."""
+    d = record.decision
+    head = Text.assemble(("request ", "dim"), (record.request_id, "bold"), ("  ", ""),
+                         (time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(record.arrival)), ""),
+                         (f"  {record.kind}, {'streamed' if record.stream else 'whole'}", "dim"))
+    what = Text()
+    if d is None:
+        what.append("never routed", style="bold red")
+        what.append(f" -- outcome {record.outcome}")
+    else:
+        what.append(f"{d.policy}", style="bold")
+        what.append(" sent it to ")
+        what.append(route_of(record), style="bold")
+        if d.token_limit is not None:
+            what.append(f" (CPU token limit {d.token_limit})")
+        what.append(f"\nbecause: {d.reason}")
+    happened = Table(box=None, show_header=True, header_style="bold", title="estimated vs what happened",
+                     title_justify="left")
+    for col in ("", "estimated", "happened"):
+        happened.add_column(col, justify="right")
+    happened.add_row("TTFT", fmt_seconds(d.est_ttft if d else None), fmt_seconds(record.ttft))
+    happened.add_row("e2e", fmt_seconds(d.est_e2e if d else None), fmt_seconds(record.e2e))
+    happened.add_row("queued", "", fmt_seconds(record.queued))
+    happened.add_row("TPOT", "", fmt_seconds(record.tpot))
+    out = "?" if record.output_tokens is None else str(record.output_tokens)
+    happened.add_row("tokens", f"prompt ~{record.prompt_tokens}, max {record.max_tokens}", f"{out} out, {record.outcome}")
+    return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _limits_text(record))
+
+
+def _inputs_table(record: RequestRecordModel) -> Table:
+    table = Table(box=None, show_header=True, header_style="bold", title="the engines as the policy saw them",
+                  title_justify="left")
+    for col in ("engine", "state", "running", "waiting", "in flight", "KV", "TPOT now", "TTFT now"):
+        table.add_column(col, justify="left" if col in ("engine", "state") else "right")
+    for view in record.inputs:
+        kv = "–" if view.kv_cache_usage is None else f"{view.kv_cache_usage * 100:.0f}%"
+        state = view.state if view.usable else f"{view.state} (not usable)"
+        table.add_row(f"{view.name} ({view.device})", state, str(view.running), str(view.waiting),
+                      str(view.inflight), kv, fmt_seconds(view.tpot_recent), fmt_seconds(view.ttft_recent))
+    if not record.inputs:
+        table.add_row("(not routed: nothing was decided)", "", "", "", "", "", "", "")
+    return table
+
+
+def _limits_text(record: RequestRecordModel) -> Text:
+    limits = record.limits
+    keys = [k for k in FIRST_LIMITS if k in limits] + sorted(k for k in limits if k not in FIRST_LIMITS)
+    text = Text("limits  ", style="bold")
+    text.append("  ".join(f"{k}={limits[k]}" for k in keys) or "–")
+    return text
+
+
+def advice_view(advice: AdviceModel | None) -> RenderableType:
+    """The latest advice, or how to get one."""
+    if advice is None:
+        return Text.from_markup("[b]No advice yet.[/b]\nRun [b]syshax advise[/b]: it replays the traffic this "
+                                "daemon recorded under each policy and setting, and leaves its advice here.")
+    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(advice.made_at))
+    head = Text.assemble(("advice of ", "dim"), (when, "bold"),
+                         (f"  -- {advice.requests} requests over {advice.window_s:.0f} s replayed", "dim"))
+    profiles = ", ".join(f"{k}: {v}" for k, v in sorted(advice.profiles.items()))
+    summary = Text(advice.summary, style="bold")
+    error = ", ".join(f"{k} {v * 100:+.0f}%" for k, v in sorted(advice.current_error.items()))
+    parts: list[RenderableType] = [head, summary]
+    if error:
+        parts.append(Text(f"the current setting predicted vs what happened: {error}", style="dim"))
+    if profiles:
+        parts.append(Text(f"profiles: {profiles}", style="dim"))
+    parts += [Text(""), _options_table(advice.options, advice.recommended)]
+    return Group(*parts)
+
+
+def _options_table(options: Sequence[AdviceOption], recommended: int | None) -> Table:
+    table = Table(box=None, show_header=True, header_style="bold")
+    for col in ("", "setting", "goodput", "req/s", "TTFT p50", "TTFT p99", "TPOT p99", "CPU share"):
+        table.add_column(col, justify="left" if col in ("", "setting") else "right")
+    for i, option in enumerate(options):
+        mark = ("→ " if i == recommended else "  ") + ("now" if option.current else "")
+        style = "bold green" if i == recommended else "bold" if option.current else ""
+        table.add_row(mark, option.label, f"{option.goodput:.2f}", f"{option.throughput:.2f}",
+                      fmt_seconds(option.ttft_p50), fmt_seconds(option.ttft_p99), fmt_seconds(option.tpot_p99),
+                      f"{option.cpu_share * 100:.0f}%", style=style)
+    return table
