@@ -118,6 +118,9 @@ def render_state(state: StateModel, socket: Path | None = None) -> list[Renderab
         head.append(f"  (control socket {socket})", style="dim")
     if state.events_dropped:
         head.append(f"  {state.events_dropped} events dropped for slow readers", style="yellow")
+    if state.conductor.box_draining:
+        head.append(f"\nDRAINING ({state.conductor.box_draining}): /health answers 503; syshaxd exits once "
+                    "what is in flight has finished", style="bold red")
     parts: list[RenderableType] = [head, engines_table(state), conductor_table(state)]
     if state.host.numa_nodes:
         parts.append(host_table(state.host))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import threading
@@ -28,6 +29,14 @@ def _streams(stack: Stack, count: int, max_tokens: int) -> tuple[list[threading.
     for thread in threads:
         thread.start()
     return threads, done
+
+
+def _refused(url: str) -> bool:
+    try:
+        httpx.get(f"{url}/health", timeout=2)
+    except httpx.ConnectError:
+        return True
+    return False
 
 
 def test_get_load_in_sglangs_shape_and_vllms_load_follow_the_box(make_stack: Callable[..., Stack]) -> None:
@@ -58,7 +67,7 @@ def test_a_box_drain_answers_503_serves_the_notice_finishes_in_flight_and_exits(
     stack = make_stack(policy="gpu-only", speed=1.0, config={"system": {"drain_notice": 2.0}})
     ok = httpx.get(f"{stack.url}/health", timeout=5)
     assert ok.status_code == 200 and ok.json()["status"] == "ok"
-    threads, done = _streams(stack, 3, 150)
+    threads, done = _streams(stack, 3, 1500)
     assert wait_until(lambda: httpx.get(f"{stack.url}/load", timeout=5).json()["server_load"] == 3, timeout=20)
     drained = subprocess.run([str(Path(sys.executable).parent / "syshax"), "drain", "--socket",
                               str(stack.tmp / "run" / "control.sock")], capture_output=True, text=True, timeout=30)
@@ -76,8 +85,27 @@ def test_a_box_drain_answers_503_serves_the_notice_finishes_in_flight_and_exits(
     again = subprocess.run([str(Path(sys.executable).parent / "syshax"), "drain", "--socket",
                             str(stack.tmp / "run" / "control.sock")], capture_output=True, text=True, timeout=30)
     assert "already draining" in again.stdout
+    status = subprocess.run([str(Path(sys.executable).parent / "syshax"), "status", "--socket",
+                             str(stack.tmp / "run" / "control.sock")], capture_output=True, text=True, timeout=30)
+    assert "DRAINING (syshax drain" in status.stdout
+    # After the notice the port closes while the streams still run; they finish all the same.
+    assert wait_until(lambda: _refused(stack.url), timeout=10)
+    assert any(thread.is_alive() for thread in threads)
     for thread in threads:
         thread.join(timeout=120)
     assert done == [True, True, True]
     assert stack.daemon.wait(timeout=30) == 0
     assert "draining the box" in stack.log_text()
+
+
+def test_sigterm_takes_the_same_path_health_first(make_stack: Callable[..., Stack]) -> None:
+    stack = make_stack(policy="gpu-only", speed=1.0, config={"system": {"drain_notice": 1.5}})
+    threads, done = _streams(stack, 2, 100)
+    assert wait_until(lambda: httpx.get(f"{stack.url}/load", timeout=5).json()["server_load"] == 2, timeout=20)
+    stack.daemon.send_signal(signal.SIGTERM)
+    assert wait_until(lambda: httpx.get(f"{stack.url}/health", timeout=5).status_code == 503, timeout=5)
+    assert "SIGTERM" in httpx.get(f"{stack.url}/health", timeout=5).json()["reasons"][0]
+    for thread in threads:
+        thread.join(timeout=120)
+    assert done == [True, True]
+    assert stack.daemon.wait(timeout=30) == 0

@@ -131,7 +131,7 @@ def test_a_saturated_box_gets_fewer_requests_and_its_gauges_say_why(fleet: Fleet
 def test_draining_a_box_moves_new_requests_to_its_peer_and_loses_nothing(fleet: Fleet) -> None:
     streams: list[tuple[bool, str]] = []
     # Streams in flight on box A when it drains: some through the router, some straight.
-    inflight = [threading.Thread(target=_stream, args=(url, streams, 120))
+    inflight = [threading.Thread(target=_stream, args=(url, streams, 600))
                 for url in [fleet.a.url] * 3 + [fleet.router] * 4]
     for thread in inflight:
         thread.start()
