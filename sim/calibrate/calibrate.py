@@ -1,0 +1,135 @@
+"""One calibration, start to end: check the engine is idle, measure, fit, write the profile.
+
+The command line (:mod:`sim.calibrate.cli`) and the tests call :func:`calibrate`; it
+raises :class:`CalibrateError` with a message for the user when the engine is busy,
+unreachable, or gave too little to fit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from sim.calibrate.engine_info import EngineFacts, EngineInfoError, Load, detect_dialect, read_facts, read_load
+from sim.calibrate.fit import FitError, FitResult, fit
+from sim.calibrate.measure import Measurements, Progress, make_plan, run_plan
+from sim.calibrate.probe import ProbeError
+from sim.calibrate.quality import TermFit, profile_fit
+from sim.calibrate.writer import LLAMACPP_BATCH, build, record, write
+from sim.profile import Profile, ProfileError, load_profile
+
+DEFAULT_BASE = {"llamacpp": "cpu-kunpeng920-q4", "vllm-v1": "gpu-a100"}
+
+
+class CalibrateError(Exception):
+    """Calibration cannot go on; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What to measure and where to write it."""
+
+    url: str
+    dialect: str = "auto"
+    out: Path | None = None
+    name: str | None = None
+    base: str | None = None
+    device: str | None = None
+    model: str | None = None
+    budget: float = 120.0
+    max_prompt: int = 2048
+    max_batch: int = 16
+    decode_tokens: int = 64
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """What a calibration found and wrote."""
+
+    facts: EngineFacts
+    measured: Measurements
+    result: FitResult
+    raw_api_overhead: float  # TTFT intercept beyond the step model, before folding
+    quality: list[TermFit]
+    profile: Profile
+    path: Path
+
+
+def busy_message(url: str, load: Load) -> str:
+    """Why calibrate refuses a serving engine."""
+    return (f"{url} is serving traffic ({load.running} running, {load.waiting} waiting): calibrating now would "
+            "slow those requests down and measure them instead of the engine alone. Run it when the engine "
+            "is idle (drain it from the conductor first), or pass --force to measure anyway.")
+
+
+def _facts(opts: Options) -> EngineFacts:
+    with httpx.Client(base_url=opts.url.rstrip("/"), timeout=10.0) as client:
+        dialect = detect_dialect(client) if opts.dialect == "auto" else opts.dialect
+        load = read_load(client, dialect)
+        if load.busy and not opts.force:
+            raise CalibrateError(busy_message(opts.url, load))
+        facts = read_facts(client, dialect)
+    return dataclasses.replace(facts, model=opts.model or facts.model)
+
+
+def fold_api_overhead(result: FitResult) -> FitResult:
+    """Charge the per-request TTFT the step model cannot hold to the prompt's tokens.
+
+    The simulator has no per-request cost, but the engine spends it (llama-server's prompt
+    batches set up their graphs; the API parses and tokenises) and a batch waits for it; at
+    the mean measured prompt length the folded constants give the measured TTFT.
+    """
+    c = result.constants
+    if c.api_overhead <= 0 or not result.prefill_used:
+        return result
+    reference = statistics.fmean(p.prompt_tokens for p in result.prefill_used)
+    folded = dataclasses.replace(c, prefill_per_token=c.prefill_per_token + c.api_overhead / reference,
+                                 api_overhead=0.0)
+    return dataclasses.replace(result, constants=folded)
+
+
+def calibrate(opts: Options, progress: Progress | None = None) -> Calibration:
+    """Measure the engine at ``opts.url`` and write its profile."""
+    try:
+        facts = _facts(opts)
+        base = opts.base or DEFAULT_BASE[facts.dialect]
+        base_profile = load_profile(base)
+        batch_cap = LLAMACPP_BATCH if facts.dialect == "llamacpp" else base_profile.max_num_batched_tokens
+        plan = make_plan(facts, max_prompt=min(opts.max_prompt, batch_cap),
+                         max_batch=min(opts.max_batch, facts.max_num_seqs or base_profile.max_num_seqs),
+                         decode_tokens=opts.decode_tokens)
+        measured = asyncio.run(run_plan(facts, plan, budget=opts.budget, progress=progress))
+        raw = fit(measured.prefill_points(), measured.decode_points())
+        result = fold_api_overhead(raw)
+        name = opts.name or f"calibrated-{facts.dialect}-{httpx.URL(facts.url).port}"
+        data = build(base, facts, result, name=name, tag=f"calibrate {_day(measured)}", device=opts.device)
+    except (EngineInfoError, ProbeError, ProfileError) as exc:
+        raise CalibrateError(str(exc)) from None
+    except FitError as exc:
+        raise CalibrateError(f"{exc}; the budget ({opts.budget:g} s) ran out after "
+                             f"{len(measured.samples)} probes: give it more with --budget") from None
+    profile = _profile(data)
+    quality = profile_fit(profile, result.prefill_used, result.decode_used)
+    path = opts.out or Path(f"{name}.yaml")
+    calibration = record(facts, measured, result, quality)
+    calibration["api_overhead_folded_s"] = float(f"{raw.constants.api_overhead:.6g}")
+    write(path, data, calibration)
+    return Calibration(facts, measured, result, raw.constants.api_overhead, quality, load_profile(str(path)), path)
+
+
+def _day(measured: Measurements) -> str:
+    from datetime import datetime, timezone
+
+    return datetime.fromtimestamp(measured.started_at, tz=timezone.utc).strftime("%Y-%m-%d")
+
+
+def _profile(data: dict[str, object]) -> Profile:
+    from sim.profile import parse_profile
+
+    return parse_profile(data, str(data.get("name")))

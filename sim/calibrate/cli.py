@@ -1,0 +1,78 @@
+"""``syshax calibrate``: measure a live engine and write a simulator profile fitted to it."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from syshaxd.cli import CommandError, UsageError
+
+
+def _positive(kind: type[int] | type[float]) -> argparse._ActionType:
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be above 0, got {text}")
+        return value
+
+    return parse
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``syshax calibrate``."""
+    p = sub.add_parser(
+        "calibrate",
+        help="measure a live engine (vLLM or llama-server) and write a simulator profile fitted to it",
+        description="Time prefill against prompt length and decode steps against batch size and context "
+        "through the engine's own API, fit the simulator's step model, and write a profile YAML "
+        "(`syshax sim --profile PATH`). Refuses an engine that is serving traffic unless --force.",
+    )
+    p.add_argument("url", help="the engine's base URL, e.g. http://127.0.0.1:8080")
+    p.add_argument("--dialect", choices=("auto", "vllm-v1", "llamacpp"), default="auto",
+                   help="engine kind (default: auto, from /props and /metrics)")
+    p.add_argument("--out", "-o", type=Path, metavar="PATH", help="profile file to write (default ./NAME.yaml)")
+    p.add_argument("--name", help="profile name (default calibrated-DIALECT-PORT)")
+    p.add_argument("--base", metavar="PROFILE",
+                   help="profile for what is not measured (default cpu-kunpeng920-q4 for llama.cpp, gpu-a100 for vLLM)")
+    p.add_argument("--device", choices=("gpu", "cpu"), help="device of the profile (default: the base's)")
+    p.add_argument("--model", help="model name to request (default: the first of /v1/models)")
+    p.add_argument("--budget", type=_positive(float), default=120.0, metavar="SECONDS",
+                   help="stop measuring after this long (default 120)")
+    p.add_argument("--max-prompt", type=_positive(int), default=2048, metavar="N", help="longest prompt (default 2048)")
+    p.add_argument("--max-batch", type=_positive(int), default=16, metavar="N", help="largest decode batch (default 16)")
+    p.add_argument("--decode-tokens", type=_positive(int), default=64, metavar="N",
+                   help="tokens per decode probe (default 64)")
+    p.add_argument("--force", action="store_true", help="measure even while the engine serves other requests")
+    p.set_defaults(func=cmd_calibrate)
+
+
+def cmd_calibrate(args: argparse.Namespace) -> int:
+    """Run the calibration with a progress bar, then print the summary."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from sim.calibrate.calibrate import CalibrateError, Options, calibrate
+    from sim.calibrate.report import summary_table
+
+    if args.decode_tokens < 2:
+        raise UsageError("--decode-tokens must be at least 2 (a gap needs two tokens)")
+    opts = Options(url=args.url, dialect=args.dialect, out=args.out, name=args.name, base=args.base,
+                   device=args.device, model=args.model, budget=args.budget, max_prompt=args.max_prompt,
+                   max_batch=args.max_batch, decode_tokens=args.decode_tokens, force=args.force)
+    console = Console(stderr=True)
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn(f"budget {args.budget:g} s"), console=console, transient=True) as bar:
+        task = bar.add_task("reading the engine", total=None)
+
+        def show(label: str, done: int, total: int) -> None:
+            bar.update(task, description=label, completed=done, total=total)
+
+        try:
+            cal = calibrate(opts, progress=show)
+        except CalibrateError as exc:
+            raise CommandError(str(exc)) from None
+    Console().print(summary_table(cal))
+    return 0

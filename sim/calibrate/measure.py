@@ -1,0 +1,148 @@
+"""The measurement plan and its run: lone prompts of growing length, decoding batches.
+
+A plan is rounds of probes; the first round measures every point once, later rounds
+repeat them while the time budget lasts (medians of repeats are what the fit sees, so a
+noisy machine costs accuracy, not correctness). Probes run one at a time: a calibration
+measures the engine alone.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sim.calibrate.engine_info import EngineFacts
+from sim.calibrate.fit import DecodePoint, PrefillPoint
+from sim.calibrate.probe import Timing, batch, new_client, random_prompt, stream_completion
+
+PREFILL_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 1.0)
+SHORT_PROMPT = 16
+ROUNDS = (("prefill", "decode"), ("prefill", "decode"), ("prefill",))
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One measurement: ``batch`` prompts of ``prompt`` tokens, ``tokens`` output tokens each."""
+
+    kind: str  # prefill or decode
+    batch: int
+    prompt: int
+    tokens: int
+
+    @property
+    def label(self) -> str:
+        """What the progress bar says."""
+        if self.kind == "prefill":
+            return f"prefill {self.prompt} tokens"
+        return f"decode batch {self.batch} at context {self.prompt}"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Prefill and decode probes, and how many rounds of each to try."""
+
+    prefill: tuple[Probe, ...]
+    decode: tuple[Probe, ...]
+
+    def rounds(self) -> list[Probe]:
+        """Every probe in the order they run."""
+        out: list[Probe] = []
+        for kinds in ROUNDS:
+            for kind in kinds:
+                out.extend(self.prefill if kind == "prefill" else self.decode)
+        return out
+
+
+def make_plan(facts: EngineFacts, *, max_prompt: int, max_batch: int, decode_tokens: int) -> Plan:
+    """Prompt lengths up to ``max_prompt``; batches 1, 2, 4, ... up to ``max_batch``, short and long contexts."""
+    context = facts.max_model_len or max_prompt + decode_tokens
+    top = max(8, min(max_prompt, context - 2))
+    lengths = sorted({max(8, round(f * top)) for f in PREFILL_FRACTIONS})
+    prefill = tuple(Probe("prefill", 1, n, 1) for n in lengths)
+    batches = [b for b in (1, 2, 4, 8, 16, 32, 64, 128) if b < max_batch] + [max_batch]
+    decode = [Probe("decode", b, SHORT_PROMPT, decode_tokens) for b in batches]
+    # One sequence at a long context: batches of long prompts would spend most of the
+    # probe prefilling each other, and the context term is per token read anyway.
+    long_prompt = min(context - decode_tokens - 2, top) * 3 // 4
+    if long_prompt >= 4 * SHORT_PROMPT:
+        decode.append(Probe("decode", 1, long_prompt, decode_tokens))
+    return Plan(prefill, tuple(decode))
+
+
+def common_window(run: list[Timing]) -> list[tuple[float, float]]:
+    """Per request of one batch: (seconds per token, mean context) while all were decoding.
+
+    Requests of a batch start apart (their prompts are prefilled in turn), so only the
+    stretch where every one of them streams is a step of the whole batch.
+    """
+    start = max(t.sent_at + t.token_times[0] for t in run)
+    end = min(t.sent_at + t.token_times[-1] for t in run)
+    out = []
+    for t in run:
+        inside = [i for i, x in enumerate(t.token_times) if start - 1e-9 <= t.sent_at + x <= end + 1e-9]
+        if len(inside) >= 3:
+            first, last = inside[0], inside[-1]
+            gap = (t.token_times[last] - t.token_times[first]) / (last - first)
+            out.append((gap, t.prompt_tokens + (first + last) / 2 + 1))
+    return out
+
+
+@dataclass
+class Measurements:
+    """What the probes saw, grouped by probe."""
+
+    started_at: float  # Unix time
+    duration: float = 0.0
+    samples: dict[Probe, list[list[Timing]]] = field(default_factory=dict)  # runs of each probe
+    skipped: int = 0  # probes the budget left out
+
+    def prefill_points(self) -> list[PrefillPoint]:
+        """Median TTFT per prompt length."""
+        out = []
+        for probe, runs in self.samples.items():
+            timings = [t for run in runs for t in run]
+            if probe.kind == "prefill" and timings:
+                n = int(statistics.median(t.prompt_tokens for t in timings))
+                out.append(PrefillPoint(n, statistics.median(t.ttft for t in timings), len(timings)))
+        return sorted(out, key=lambda p: p.prompt_tokens)
+
+    def decode_points(self) -> list[DecodePoint]:
+        """Median seconds per output token per batch and context."""
+        out = []
+        for probe, runs in self.samples.items():
+            if probe.kind != "decode":
+                continue
+            windows = [w for run in runs for w in common_window(run)]
+            if windows:
+                out.append(DecodePoint(probe.batch, statistics.median(c for _, c in windows),
+                                       statistics.median(g for g, _ in windows), len(windows)))
+        return sorted(out, key=lambda p: (p.context, p.batch))
+
+
+async def run_plan(facts: EngineFacts, plan: Plan, *, budget: float, progress: Progress | None = None,
+                   seed: int | None = None) -> Measurements:
+    """Run the probes in order until they are done or ``budget`` seconds have passed."""
+    rng = random.Random(seed)
+    probes = plan.rounds()
+    result = Measurements(started_at=time.time())
+    start = time.monotonic()
+    async with new_client(facts.url) as client:
+        await stream_completion(client, facts.model, random_prompt(rng, SHORT_PROMPT, facts.vocab_size), 4)
+        for i, probe in enumerate(probes):
+            if time.monotonic() - start > budget:
+                result.skipped = len(probes) - i
+                break
+            if progress:
+                progress(probe.label, i, len(probes))
+            prompts = [random_prompt(rng, probe.prompt, facts.vocab_size) for _ in range(probe.batch)]
+            timings = await batch(client, facts.model, prompts, probe.tokens)
+            result.samples.setdefault(probe, []).append(timings)
+    if progress:
+        progress("done", len(probes) - result.skipped, len(probes))
+    result.duration = time.monotonic() - start
+    return result
