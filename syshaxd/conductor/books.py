@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import EngineSpec
 from syshaxd.snapshot import EngineView, Snapshot
+
+V = TypeVar("V", EngineView, Snapshot)
 
 
 @dataclass(eq=False)
@@ -28,6 +31,17 @@ class EngineBooks:
     decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     answered_at: float | None = None  # time.monotonic() when the engine last sent answer bytes
+
+
+def _evolve(obj: V, **changes: Any) -> V:
+    """``dataclasses.replace`` for the snapshot's frozen dataclasses (plain fields, no
+    ``__post_init__``) without running ``__init__`` again: this runs once per routing
+    decision, and ``replace`` was most of its cost."""
+    new = object.__new__(type(obj))
+    fields = new.__dict__
+    fields.update(obj.__dict__)
+    fields.update(changes)
+    return new
 
 
 class Books:
@@ -54,10 +68,10 @@ class Books:
             spec = book.spec
             view = seen.get(name) or EngineView(name, spec.device, spec.url, spec.dialect)
             enabled, draining = flags(name)
-            views.append(replace(view, enabled=enabled, draining=draining, inflight=book.inflight,
+            views.append(_evolve(view, enabled=enabled, draining=draining, inflight=book.inflight,
                                  scheduled=book.scheduled, inflight_decode_tokens=book.decode_tokens,
                                  scheduled_prompt_tokens=book.prompt_tokens))
-        return replace(snap, engines=tuple(views))
+        return _evolve(snap, engines=tuple(views))
 
     def inflight(self) -> dict[str, int]:
         """Requests in flight per engine."""
