@@ -1,0 +1,144 @@
+"""``syshax advise``: replay the daemon's recorded traffic under each setting and recommend one.
+
+Registered through the ``syshax.commands`` entry point. The steps are the modules of this
+package: read the window (:mod:`~sim.advise.daemon`, :mod:`~sim.advise.window`), list the
+options (:mod:`~sim.advise.options`), replay each (:mod:`~sim.advise.predict`), choose
+(:mod:`~sim.advise.choose`) and show (:mod:`~sim.advise.table`). The advice is always sent
+to the daemon (``POST /v1/advice``) so the console shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from sim.advise import choose, daemon, options, predict, table, window
+from syshaxd.cli import CommandError, UsageError
+from syshaxd.cli._common import add_config_arg
+from syshaxd.cli.control import ControlClient, connect
+from syshaxd.routing import Limits
+from syshaxd.schema import AdviceModel, StateModel
+
+__all__ = ["register", "run"]
+
+
+def _positive(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``syshax advise``."""
+    p = sub.add_parser(
+        "advise", help="replay the daemon's recorded traffic under each policy and setting; recommend one",
+        description="Replay the requests the running daemon recorded through the virtual-time simulator under "
+        "gpu-only, classic and adaptive with a small grid of batch limits and auto-PD on/off; print each one's "
+        "predicted goodput, throughput, TTFT, TPOT and CPU share, the current setting's predicted-vs-actual "
+        "error on the same window, and a recommendation. The advice is sent to the daemon for the console.")
+    add_config_arg(p)
+    p.add_argument("--socket", metavar="PATH", help="control socket (else control.socket, else the default locations)")
+    p.add_argument("--last", type=int, metavar="N", help="replay the last N recorded requests (default: all kept)")
+    p.add_argument("--gpu-profile", metavar="NAME|FILE",
+                   help="GPU profile: a shipped name or a profile file (default: what a simulated GPU engine runs)")
+    p.add_argument("--cpu-profile", metavar="NAME|FILE",
+                   help="CPU profile: a shipped name or a profile file (default: what a simulated CPU engine runs)")
+    p.add_argument("--speed", type=_positive, metavar="S",
+                   help="the engines' clock speed-up (default: what simulated engines report, else 1)")
+    p.add_argument("--apply", action="store_true", help="switch the daemon to the recommended setting (one PATCH)")
+    p.add_argument("--json", action="store_true", help="print the advice as JSON (AdviceModel) instead of tables")
+    p.set_defaults(func=run)
+
+
+def _running_limits(state: StateModel) -> tuple[str, Limits]:
+    """The policy and limits of the daemon's running config."""
+    decider = {k.removeprefix("decider."): v for k, v in state.config.items() if k.startswith("decider.")}
+    return str(decider.get("policy", "adaptive")), options.base_limits(decider)
+
+
+def _replay(win: window.Window, settings: Sequence[options.Setting], base: Limits, box: predict.Box,
+            how: predict.Daemon, console: Console) -> list[predict.Prediction]:
+    n = len(win.trace)
+    out = []
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bar:
+        task = bar.add_task("replaying", total=n * len(settings))
+        for i, setting in enumerate(settings):
+            bar.update(task, description=f"replaying {setting.label()}")
+
+            def step(done: int, total: int, first: int = i * n) -> None:
+                bar.update(task, completed=first + done)
+
+            out.append(predict.predict(win, setting, base, box, how, step))
+    return out
+
+
+def _apply(client: ControlClient, advice: AdviceModel, console: Console) -> None:
+    if advice.recommended is None:
+        return
+    chosen = advice.options[advice.recommended]
+    change = daemon.apply(client, chosen.settings)
+    if not change.changed:
+        console.print(f"--apply: the daemon already runs {chosen.label}; nothing changed")
+        return
+    console.print(f"--apply: now {chosen.label}; changed "
+                  + ", ".join(f"{key} = {value}" for key, value in sorted(change.changed.items()))
+                  + " (not saved: `syshax save` keeps it across restarts)")
+
+
+def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Window, StateModel]:
+    if args.last is not None and args.last < 1:
+        raise UsageError(f"--last must be at least 1, got {args.last}")
+    records = daemon.fetch_records(client, args.last)
+    try:
+        win = window.window_of(records)
+    except ValueError as exc:
+        raise CommandError(f"nothing to advise on: {exc}") from None
+    return win, daemon.fetch_state(client)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Advise on the recorded window (see the module docstring)."""
+    # Tables are wide: keep them readable when the output goes to a file or a pipe.
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    err = Console(stderr=True)
+    client = connect(args)
+    try:
+        win, state = _read(args, client)
+        box, profiles = daemon.box_of(daemon.engine_facts(state), args.gpu_profile, args.cpu_profile, args.speed)
+        running_policy, running = _running_limits(state)
+        base = options.base_limits(win.limits) if win.limits else running
+        current = options.current_setting(win.policy or running_policy, base)
+        predictions = _replay(win, options.grid(current, base), base, box, daemon.daemon_settings(state), err)
+        actual = window.measure(win.outcomes, base.ttft_target, base.tpot_target)
+        choice = choose.choose(predictions, current, actual.span)
+        advice = choose.advice(predictions, current, actual, choice, profiles)
+        daemon.post_advice(client, advice)
+        mine = next((p.measured for p in predictions if p.setting == current), None)
+        if args.json:
+            print(advice.model_dump_json(indent=2))
+        else:
+            out.print(table.options_table(advice))
+            out.print(table.error_table(mine, actual, advice.current_error))
+            _notes(win, current, options.current_setting(running_policy, running), box.speed, out)
+            out.print(choice.summary)
+        if args.apply:
+            _apply(client, advice, err if args.json else out)
+    finally:
+        client.close()
+    return 0
+
+
+def _notes(win: window.Window, current: options.Setting, running: options.Setting, speed: float,
+           console: Console) -> None:
+    if win.settings_seen > 1:
+        console.print(f"note: the window ran under {win.settings_seen} settings; the error compares the last")
+    if running != current:
+        console.print(f"note: the window was recorded under {current.label()}; the daemon now runs {running.label()}")
+    if speed != 1.0:
+        console.print(f"note: simulated engines at speed {speed:g}: times are wall-clock seconds, as the daemon saw them")

@@ -1,0 +1,102 @@
+"""The settings advise replays: each policy over a small grid of batch limits and auto-PD on/off.
+
+A :class:`Setting` is what ``PATCH /v1/config`` would change: the policy and, for the
+policies that use the CPU, the GPU and CPU batch limits and ``auto_pd_offload``. The grid is
+kept small on purpose (a dozen replays take seconds): ``gpu-only`` once, then ``classic``
+and ``adaptive`` each with the CPU batch limit at half, the current and twice the current
+value, auto-PD off and on, the GPU batch limit as it is. The current setting is always one
+of the options, even under a policy outside the grid.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from syshaxd.routing import Limits
+
+__all__ = ["GRID_POLICIES", "Setting", "base_limits", "current_setting", "grid"]
+
+#: The policies advise compares, simplest first (ties go to the simpler).
+GRID_POLICIES: tuple[str, ...] = ("gpu-only", "classic", "adaptive")
+#: The CPU batch limit tried when the current one is 0 (the CPU unused): the shipped default.
+DEFAULT_CPU_BATCH = 20
+
+
+@dataclass(frozen=True)
+class Setting:
+    """A policy and the decider limits advise may change (None: not used by the policy)."""
+
+    policy: str
+    gpu_max_batch_size: int | None = None
+    cpu_max_batch_size: int | None = None
+    auto_pd_offload: bool | None = None
+
+    @property
+    def uses_cpu(self) -> bool:
+        """Whether the policy may send work to the CPU at all."""
+        return self.policy != "gpu-only" and self.cpu_max_batch_size != 0
+
+    def settings(self) -> dict[str, Any]:
+        """The dotted runtime keys and values of ``PATCH /v1/config``."""
+        out: dict[str, Any] = {"decider.policy": self.policy}
+        if self.policy != "gpu-only":
+            out["decider.gpu_max_batch_size"] = self.gpu_max_batch_size
+            out["decider.cpu_max_batch_size"] = self.cpu_max_batch_size
+            out["decider.auto_pd_offload"] = self.auto_pd_offload
+        return out
+
+    def label(self) -> str:
+        """For people: ``classic, gpu batch 16, cpu batch 20, auto-PD off``."""
+        if self.policy == "gpu-only":
+            return "gpu-only"
+        gpu = "unset" if self.gpu_max_batch_size is None else str(self.gpu_max_batch_size)
+        return (f"{self.policy}, gpu batch {gpu}, cpu batch {self.cpu_max_batch_size}, "
+                f"auto-PD {'on' if self.auto_pd_offload else 'off'}")
+
+    def limits(self, base: Limits) -> Limits:
+        """``base`` with this setting's limits."""
+        if self.policy == "gpu-only":
+            return base
+        return replace(base, gpu_max_batch_size=self.gpu_max_batch_size,
+                       cpu_max_batch_size=base.cpu_max_batch_size if self.cpu_max_batch_size is None
+                       else self.cpu_max_batch_size,
+                       auto_pd_offload=bool(self.auto_pd_offload))
+
+    def simplicity(self, current: Setting) -> tuple[int, int, int]:
+        """Sort key, smaller is simpler: the policy, auto-PD, how many keys differ from ``current``."""
+        rank = GRID_POLICIES.index(self.policy) if self.policy in GRID_POLICIES else len(GRID_POLICIES)
+        mine, theirs = self.settings(), current.settings()
+        changed = sum(1 for key, value in mine.items() if theirs.get(key, value) != value or key not in theirs)
+        return rank, int(bool(self.auto_pd_offload)), changed
+
+
+def base_limits(recorded: Mapping[str, Any]) -> Limits:
+    """The policy's :class:`Limits` from a record's ``limits`` (unknown keys ignored, missing ones default)."""
+    names = {f.name for f in fields(Limits)}
+    return replace(Limits(), **{k: v for k, v in recorded.items() if k in names})
+
+
+def current_setting(policy: str, limits: Limits) -> Setting:
+    """The setting a daemon ran under, as an option."""
+    if policy == "gpu-only":
+        return Setting("gpu-only")
+    return Setting(policy, limits.gpu_max_batch_size, limits.cpu_max_batch_size, limits.auto_pd_offload)
+
+
+def _cpu_batches(current: int) -> list[int]:
+    base = current if current > 0 else DEFAULT_CPU_BATCH
+    return sorted({max(1, base // 2), base, base * 2})
+
+
+def grid(current: Setting, limits: Limits) -> list[Setting]:
+    """The options to replay: the grid plus the current setting, each once, simplest first."""
+    out = [Setting("gpu-only")]
+    for policy in GRID_POLICIES[1:]:
+        for pd in (False, True):
+            for cpu in _cpu_batches(limits.cpu_max_batch_size):
+                out.append(Setting(policy, limits.gpu_max_batch_size, cpu, pd))
+    if current not in out:
+        out.append(current)
+    return out

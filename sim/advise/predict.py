@@ -1,0 +1,95 @@
+"""One option replayed: the recorded trace through the virtual-time runner under a setting.
+
+A simulated engine started with ``--speed S`` runs its profile S times faster than the wall
+clock, so the daemon in front of it saw every duration divided by S and every rate times S.
+The replay runs on the profile's own clock: arrivals, the daemon's scrape interval and its
+time targets are multiplied by S (rate thresholds divided by S, the CPU token limit's
+tokens/s multiplier multiplied by S), and what comes out is divided back. Real engines run
+at S = 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from sim.advise.options import Setting
+from sim.advise.window import Measured, Outcome, Window, measure
+from sim.profile import Profile
+from sim.runner import EngineSpec, RunOptions, run
+from sim.traces import TraceRequest
+from syshaxd.policy import get_policy, queue_order
+from syshaxd.routing import Limits
+from syshaxd.snapshot import Device
+
+__all__ = ["Box", "Daemon", "Prediction", "predict"]
+
+#: The monitor's rate window (syshaxd.monitor.Monitor's default), seconds of wall time.
+RATE_WINDOW = 5.0
+
+
+@dataclass(frozen=True)
+class Box:
+    """The engines to replay on: (name, device, profile) each, and the engines' speed."""
+
+    engines: tuple[tuple[str, Device, Profile], ...]
+    speed: float = 1.0
+
+    def specs(self) -> list[EngineSpec]:
+        """The runner's engine specs."""
+        return [EngineSpec(name, device, profile) for name, device, profile in self.engines]
+
+
+@dataclass(frozen=True)
+class Daemon:
+    """The daemon's settings a replay copies (wall seconds)."""
+
+    scrape_interval: float = 1.0  # monitor.interval
+    max_queue: int = 100  # system.max_queue_size
+    timeout: float = 600.0  # system.request_timeout
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What a setting comes to on the recorded window."""
+
+    setting: Setting
+    measured: Measured
+    decisions: dict[str, int]
+
+
+def _virtual_limits(limits: Limits, speed: float) -> Limits:
+    return replace(limits, ttft_target=limits.ttft_target * speed, tpot_target=limits.tpot_target * speed,
+                   cpu_throughput_threshold=limits.cpu_throughput_threshold / speed,
+                   token_limit_multiplier=limits.token_limit_multiplier * speed)
+
+
+def _options(daemon: Daemon, speed: float, policy: str, limits: Limits) -> RunOptions:
+    return RunOptions(scrape_interval=daemon.scrape_interval * speed, rate_window=RATE_WINDOW * speed,
+                      max_queue=daemon.max_queue, timeout=daemon.timeout * speed, handoff=limits.handoff,
+                      queue_order=queue_order(policy))
+
+
+def predict(window: Window, setting: Setting, base: Limits, box: Box, daemon: Daemon,
+            progress: Callable[[int, int], None] | None = None) -> Prediction:
+    """Replay ``window`` under ``setting`` on ``box`` and measure it as the window is measured.
+
+    Args:
+        base: the limits the window ran under (targets, thresholds, handoff); the setting
+            changes its own keys only.
+    """
+    s = box.speed
+    limits = setting.limits(base)
+    trace: Sequence[TraceRequest] = [replace(r, arrival=r.arrival * s) for r in window.trace]
+    result = run(trace, box.specs(), get_policy(setting.policy), _virtual_limits(limits, s),
+                 _options(daemon, s, setting.policy, limits), progress)
+
+    def wall(value: float | None) -> float | None:
+        return None if value is None else value / s
+
+    outcomes = [
+        Outcome(arrival=r.arrival / s, ok=r.outcome == "ok", ttft=wall(r.ttft), tpot=wall(r.tpot), e2e=wall(r.e2e),
+                output_tokens=r.output_tokens, cpu=r.cpu_tokens > 0)
+        for r in sorted(result.requests, key=lambda r: r.index)
+    ]
+    return Prediction(setting, measure(outcomes, limits.ttft_target, limits.tpot_target), dict(result.decisions))

@@ -1,0 +1,58 @@
+"""``syshax advise`` on traffic a running daemon recorded: its prediction for the current
+setting against what really happened on the same window, the advice as JSON and in the daemon.
+
+The box: two ``tiny`` simulated engines at a quarter speed (decode steps of ~40 ms, prompts
+of 50-400 tokens in ~20-80 ms per 100 tokens, wall clock) under ``classic``, 200 streamed
+requests at 7/s: the GPU's 8 slots overflow and the CPU takes about half the requests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+from syshaxd.schema import AdviceModel
+from tests.advise.traffic import Workload, advice_of, drive
+from tests.plugins.stack import Stack
+
+LOAD = Workload(requests=200, rate=7.0, prompt=(50, 400), max_tokens=(8, 48))
+#: The Done-when bound of issue 24.
+BOUND = 0.20
+
+
+@pytest.fixture(scope="module")
+def recorded(make_module_stack: Callable[..., Stack]) -> tuple[Stack, AdviceModel]:
+    """The stack after the workload, and its advice (``--json``)."""
+    stack = make_module_stack(policy="classic", gpu_profile="tiny", cpu_profile="tiny", speed=0.25)
+    ok = drive(stack, LOAD)
+    assert all(ok), f"{ok.count(False)} of {len(ok)} requests failed"
+    return stack, advice_of(stack)
+
+
+def test_the_current_settings_prediction_is_within_20_percent_of_what_happened(
+        recorded: tuple[Stack, AdviceModel]) -> None:
+    _, advice = recorded
+    assert advice.requests == LOAD.requests
+    current = [o for o in advice.options if o.current]
+    assert len(current) == 1 and current[0].settings["decider.policy"] == "classic"
+    assert current[0].cpu_share > 0.2  # the window exercised both engines
+    err = advice.current_error
+    print(f"current setting error: {err}")
+    assert abs(err["ttft_p50"]) <= BOUND, err
+    assert abs(err["throughput"]) <= BOUND, err
+
+
+def test_json_is_the_advice_the_daemon_keeps_and_last_n_trims_the_window(
+        recorded: tuple[Stack, AdviceModel]) -> None:
+    stack, _ = recorded
+    trimmed = advice_of(stack, "--last", "50")
+    assert trimmed.requests == 50
+    assert {o.settings["decider.policy"] for o in trimmed.options} == {"gpu-only", "classic", "adaptive"}
+    assert trimmed.recommended is not None and trimmed.summary
+    assert trimmed.profiles == {"gpu": "tiny", "cpu": "tiny"}
+    transport = httpx.HTTPTransport(uds=str(stack.tmp / "run" / "control.sock"))
+    with httpx.Client(transport=transport, base_url="http://syshaxd", timeout=10) as control:
+        kept = AdviceModel.model_validate(control.get("/v1/advice").raise_for_status().json())
+    assert kept == trimmed
