@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
         running_policy, running = _running_limits(state)
         base = options.base_limits(win.limits) if win.limits else running
         current = options.current_setting(win.policy or running_policy, base)
-        predictions = _replay(win, options.grid(current, base), base, box, daemon.daemon_settings(state), err)
+        settings = options.grid(current, base, box.gpu_slots())
+        predictions = _replay(win, settings, base, box, daemon.daemon_settings(state), err)
         actual = window.measure(win.outcomes, base.ttft_target, base.tpot_target)
         choice = choose.choose(predictions, current, actual.span)
         advice = choose.advice(predictions, current, actual, choice, profiles)

@@ -2,10 +2,12 @@
 
 A :class:`Setting` is what ``PATCH /v1/config`` would change: the policy and, for the
 policies that use the CPU, the GPU and CPU batch limits and ``auto_pd_offload``. The grid is
-kept small on purpose (a dozen replays take seconds): ``gpu-only`` once, then ``classic``
-and ``adaptive`` each with the CPU batch limit at half, the current and twice the current
-value, auto-PD off and on, the GPU batch limit as it is. The current setting is always one
-of the options, even under a policy outside the grid.
+kept small on purpose (fifteen replays of a few hundred requests take seconds):
+``gpu-only`` once, then ``classic`` and ``adaptive`` each with the CPU batch limit at half,
+the current and twice the current value, auto-PD off and on, the GPU batch limit as it is;
+and each once more with the other GPU batch limit (the GPU engine's own slots when the
+limit is unset, unset when it is set), the CPU limit as it is, auto-PD off. The current
+setting is always one of the options, even under a policy outside the grid.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from syshaxd.routing import Limits
 
-__all__ = ["GRID_POLICIES", "Setting", "base_limits", "current_setting", "grid"]
+__all__ = ["GRID_POLICIES", "Setting", "base_limits", "current_setting", "grid", "other_gpu_batch"]
 
 #: The policies advise compares, simplest first (ties go to the simpler).
 GRID_POLICIES: tuple[str, ...] = ("gpu-only", "classic", "adaptive")
@@ -68,7 +70,7 @@ class Setting:
         """Sort key, smaller is simpler: the policy, auto-PD, how many keys differ from ``current``."""
         rank = GRID_POLICIES.index(self.policy) if self.policy in GRID_POLICIES else len(GRID_POLICIES)
         mine, theirs = self.settings(), current.settings()
-        changed = sum(1 for key, value in mine.items() if theirs.get(key, value) != value or key not in theirs)
+        changed = sum(1 for key, value in mine.items() if key not in theirs or theirs[key] != value)
         return rank, int(bool(self.auto_pd_offload)), changed
 
 
@@ -90,13 +92,25 @@ def _cpu_batches(current: int) -> list[int]:
     return sorted({max(1, base // 2), base, base * 2})
 
 
-def grid(current: Setting, limits: Limits) -> list[Setting]:
-    """The options to replay: the grid plus the current setting, each once, simplest first."""
+def other_gpu_batch(current: int | None, gpu_slots: int) -> int | None:
+    """The GPU batch limit tried besides the current one: the engine's own slots when unset, else unset."""
+    return gpu_slots if current is None else None
+
+
+def grid(current: Setting, limits: Limits, gpu_slots: int) -> list[Setting]:
+    """The options to replay: the grid plus the current setting, each once, simplest first.
+
+    Args:
+        gpu_slots: sequences the GPU engine runs at once (its profile's ``max_num_seqs``).
+    """
     out = [Setting("gpu-only")]
+    gpu, cpu_now = limits.gpu_max_batch_size, limits.cpu_max_batch_size
     for policy in GRID_POLICIES[1:]:
         for pd in (False, True):
-            for cpu in _cpu_batches(limits.cpu_max_batch_size):
-                out.append(Setting(policy, limits.gpu_max_batch_size, cpu, pd))
+            for cpu in _cpu_batches(cpu_now):
+                out.append(Setting(policy, gpu, cpu, pd))
+        out.append(Setting(policy, other_gpu_batch(gpu, gpu_slots), cpu_now if cpu_now > 0 else DEFAULT_CPU_BATCH,
+                           False))
     if current not in out:
         out.append(current)
     return out

@@ -39,6 +39,10 @@ class Box:
         """The runner's engine specs."""
         return [EngineSpec(name, device, profile) for name, device, profile in self.engines]
 
+    def gpu_slots(self) -> int:
+        """Sequences the smallest GPU engine runs at once (its profile's ``max_num_seqs``)."""
+        return min((p.max_num_seqs for _, device, p in self.engines if device == "gpu"), default=1)
+
 
 @dataclass(frozen=True)
 class Daemon:

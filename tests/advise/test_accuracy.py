@@ -3,7 +3,7 @@ setting against what really happened on the same window, the advice as JSON and 
 
 The box: two ``tiny`` simulated engines at a quarter speed (decode steps of ~40 ms, prompts
 of 50-400 tokens in ~20-80 ms per 100 tokens, wall clock) under ``classic``, 200 streamed
-requests at 7/s: the GPU's 8 slots overflow and the CPU takes about half the requests.
+requests at 6/s: the GPU's 8 slots overflow and the CPU takes about half the requests.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from syshaxd.schema import AdviceModel
 from tests.advise.traffic import Workload, advice_of, drive
 from tests.plugins.stack import Stack
 
-LOAD = Workload(requests=200, rate=7.0, prompt=(50, 400), max_tokens=(8, 48))
+LOAD = Workload(requests=200, rate=6.0, prompt=(50, 400), max_tokens=(8, 48))
 #: The Done-when bound of issue 24.
 BOUND = 0.20
 
