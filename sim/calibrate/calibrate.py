@@ -45,6 +45,8 @@ class Options:
     max_prompt: int = 2048
     max_batch: int = 16
     decode_tokens: int = 64
+    rounds: int = 3
+    settle: float = 20.0
     force: bool = False
 
 
@@ -103,8 +105,8 @@ def calibrate(opts: Options, progress: Progress | None = None) -> Calibration:
         batch_cap = LLAMACPP_BATCH if facts.dialect == "llamacpp" else base_profile.max_num_batched_tokens
         plan = make_plan(facts, max_prompt=min(opts.max_prompt, batch_cap),
                          max_batch=min(opts.max_batch, facts.max_num_seqs or base_profile.max_num_seqs),
-                         decode_tokens=opts.decode_tokens)
-        measured = asyncio.run(run_plan(facts, plan, budget=opts.budget, progress=progress))
+                         decode_tokens=opts.decode_tokens, rounds=opts.rounds)
+        measured = asyncio.run(run_plan(facts, plan, budget=opts.budget, settle=opts.settle, progress=progress))
         raw = fit(measured.prefill_points(), measured.decode_points())
         result = fold_api_overhead(raw)
         name = opts.name or f"calibrated-{facts.dialect}-{httpx.URL(facts.url).port}"

@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--max-batch", type=_positive(int), default=16, metavar="N", help="largest decode batch (default 16)")
     p.add_argument("--decode-tokens", type=_positive(int), default=64, metavar="N",
                    help="tokens per decode probe (default 64)")
+    p.add_argument("--rounds", type=_positive(int), default=3, metavar="N",
+                   help="times each point is measured, budget permitting; medians are fitted (default 3)")
+    p.add_argument("--settle", type=_positive(float), default=20.0, metavar="SECONDS",
+                   help="keep repeating the rounds for at least this long, so one burst of other load "
+                        "does not skew the medians (default 20)")
     p.add_argument("--force", action="store_true", help="measure even while the engine serves other requests")
     p.set_defaults(func=cmd_calibrate)
 
@@ -61,7 +66,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError("--decode-tokens must be at least 2 (a gap needs two tokens)")
     opts = Options(url=args.url, dialect=args.dialect, out=args.out, name=args.name, base=args.base,
                    device=args.device, model=args.model, budget=args.budget, max_prompt=args.max_prompt,
-                   max_batch=args.max_batch, decode_tokens=args.decode_tokens, force=args.force)
+                   max_batch=args.max_batch, decode_tokens=args.decode_tokens, rounds=args.rounds,
+                   settle=args.settle, force=args.force)
     console = Console(stderr=True)
     with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TextColumn(f"budget {args.budget:g} s"), console=console, transient=True) as bar:

@@ -176,7 +176,7 @@ def _prefill_hinge(prefill: Sequence[PrefillPoint], decode: Sequence[DecodePoint
         if k and not all(_compute_bound(reading, p) for p in use):
             continue
         err = sum((predict_ttft(reading, p.prompt_tokens) / p.ttft_s - 1) ** 2 for p in ordered)
-        if best is None or err < best[0]:
+        if best is None or err < best[0] * (1 - 1e-6) - 1e-12:  # ties: leave out fewer
             best = (err, c, use)
     assert best is not None  # k = 0 is always kept
     return best[1], best[2]

@@ -20,7 +20,6 @@ from sim.calibrate.probe import Timing, batch, new_client, random_prompt, stream
 
 PREFILL_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 3 / 4, 1.0)
 SHORT_PROMPT = 16
-ROUNDS = (("prefill", "decode"), ("prefill", "decode"), ("prefill",))
 
 Progress = Callable[[str, int, int], None]
 
@@ -48,17 +47,10 @@ class Plan:
 
     prefill: tuple[Probe, ...]
     decode: tuple[Probe, ...]
-
-    def rounds(self) -> list[Probe]:
-        """Every probe in the order they run."""
-        out: list[Probe] = []
-        for kinds in ROUNDS:
-            for kind in kinds:
-                out.extend(self.prefill if kind == "prefill" else self.decode)
-        return out
+    rounds: int = 3  # at least this many measurements of each point, budget permitting
 
 
-def make_plan(facts: EngineFacts, *, max_prompt: int, max_batch: int, decode_tokens: int) -> Plan:
+def make_plan(facts: EngineFacts, *, max_prompt: int, max_batch: int, decode_tokens: int, rounds: int = 3) -> Plan:
     """Prompt lengths up to ``max_prompt``; batches 1, 2, 4, ... up to ``max_batch``, short and long contexts."""
     context = facts.max_model_len or max_prompt + decode_tokens
     top = max(8, min(max_prompt, context - 2))
@@ -71,7 +63,7 @@ def make_plan(facts: EngineFacts, *, max_prompt: int, max_batch: int, decode_tok
     long_prompt = min(context - decode_tokens - 2, top) * 3 // 4
     if long_prompt >= 4 * SHORT_PROMPT:
         decode.append(Probe("decode", 1, long_prompt, decode_tokens))
-    return Plan(prefill, tuple(decode))
+    return Plan(prefill, tuple(decode), rounds)
 
 
 def common_window(run: list[Timing]) -> list[tuple[float, float]]:
@@ -124,25 +116,45 @@ class Measurements:
         return sorted(out, key=lambda p: (p.context, p.batch))
 
 
-async def run_plan(facts: EngineFacts, plan: Plan, *, budget: float, progress: Progress | None = None,
-                   seed: int | None = None) -> Measurements:
-    """Run the probes in order until they are done or ``budget`` seconds have passed."""
+def _length(probe: Probe, rng: random.Random) -> int:
+    """A prompt length near the probe's: llama.cpp sets up its compute graph again for a batch
+    of a new shape, and real prompts rarely repeat a length, so neither do the probes'."""
+    if probe.kind != "prefill":
+        return probe.prompt
+    return max(8, round(probe.prompt * rng.uniform(0.85, 1.0)))
+
+
+async def run_plan(facts: EngineFacts, plan: Plan, *, budget: float, settle: float = 0.0,
+                   progress: Progress | None = None, seed: int | None = None) -> Measurements:
+    """Run the plan's rounds, then more while under ``settle`` seconds; stop at ``budget`` seconds.
+
+    A fast engine finishes its rounds in a second or two, and a second of someone else's
+    load then skews every median: ``settle`` spends more time to average it out.
+    ``progress`` gets the probe's label and the time-or-rounds fraction done, in percent.
+    """
     rng = random.Random(seed)
-    probes = plan.rounds()
+    probes = [*plan.prefill, *plan.decode]
     result = Measurements(started_at=time.time())
     start = time.monotonic()
+    goal = max(settle, 1e-9)
+    rounds = 0
     async with new_client(facts.url) as client:
         await stream_completion(client, facts.model, random_prompt(rng, SHORT_PROMPT, facts.vocab_size), 4)
-        for i, probe in enumerate(probes):
-            if time.monotonic() - start > budget:
-                result.skipped = len(probes) - i
-                break
-            if progress:
-                progress(probe.label, i, len(probes))
-            prompts = [random_prompt(rng, probe.prompt, facts.vocab_size) for _ in range(probe.batch)]
-            timings = await batch(client, facts.model, prompts, probe.tokens)
-            result.samples.setdefault(probe, []).append(timings)
+        while rounds < plan.rounds or time.monotonic() - start < settle:
+            for i, probe in enumerate(probes):
+                elapsed = time.monotonic() - start
+                if elapsed > budget:
+                    result.skipped = (plan.rounds - rounds) * len(probes) - i if rounds < plan.rounds else 0
+                    result.duration = elapsed
+                    return result
+                if progress:
+                    done = max((rounds + i / len(probes)) / plan.rounds, elapsed / goal)
+                    progress(probe.label, min(99, int(100 * done)), 100)
+                prompts = [random_prompt(rng, _length(probe, rng), facts.vocab_size) for _ in range(probe.batch)]
+                timings = await batch(client, facts.model, prompts, probe.tokens)
+                result.samples.setdefault(probe, []).append(timings)
+            rounds += 1
     if progress:
-        progress("done", len(probes) - result.skipped, len(probes))
+        progress("done", 100, 100)
     result.duration = time.monotonic() - start
     return result

@@ -16,7 +16,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sim.calibrate.probe import Timing, new_client, random_prompt, stream_completion
+from sim.calibrate.probe import new_client, random_prompt, stream_completion
 from sim.core import EngineCore, SimRequest
 from sim.profile import Profile
 from sim.traces import TraceRequest
@@ -57,42 +57,68 @@ def summarise(outcomes: Sequence[Outcome]) -> WorkloadSummary:
                            statistics.median(tpots) if tpots else math.nan, tokens / (last - start))
 
 
-def simulate(profile: Profile, requests: Sequence[TraceRequest]) -> list[Outcome]:
-    """The requests through one simulated engine core, in virtual time."""
+def simulate(profile: Profile, requests: Sequence[TraceRequest], concurrency: int | None = None) -> list[Outcome]:
+    """The requests through one simulated engine core, in virtual time.
+
+    ``concurrency``: closed loop, that many clients each sending its next request when
+    its last one finishes (arrival times are ignored); None: at the arrival times.
+    """
     core = EngineCore(profile)
-    pending = sorted(enumerate(requests), key=lambda x: (x[1].arrival, x[0]))
+    order = sorted(range(len(requests)), key=lambda i: requests[i].arrival) if concurrency is None else \
+        list(range(len(requests)))
     seqs = []
-    i = 0
-    while i < len(pending) or core.has_work():
-        upcoming = pending[i][1].arrival if i < len(pending) else math.inf
+    nxt = 0
+
+    def send(at: float) -> None:
+        nonlocal nxt
+        req = requests[order[nxt]]
+        seqs.append(core.submit(SimRequest(f"r{order[nxt]}", req.prompt_tokens, req.output_tokens), at=at))
+        nxt += 1
+
+    while concurrency is not None and nxt < min(concurrency, len(order)):
+        send(0.0)
+    while nxt < len(order) or core.has_work():
+        upcoming = requests[order[nxt]].arrival if nxt < len(order) and concurrency is None else math.inf
         if not core.has_work():
             core.now = max(core.now, upcoming)
-        while i < len(pending) and pending[i][1].arrival <= core.now:
-            index, req = pending[i]
-            seqs.append(core.submit(SimRequest(f"r{index}", req.prompt_tokens, req.output_tokens), at=req.arrival))
-            i += 1
-        if core.has_work():
-            core.advance(upcoming)
+        while concurrency is None and nxt < len(order) and requests[order[nxt]].arrival <= core.now:
+            send(requests[order[nxt]].arrival)
+        step = core.advance(upcoming) if core.has_work() else None
+        for _ in step.finished if step is not None and concurrency is not None else ():
+            if nxt < len(order):
+                send(step.end)
     out = []
     for s in seqs:
         if s.first_token is None or s.finished_at is None:
-            raise RuntimeError(f"simulated request {s.rid} did not finish")
+            raise RuntimeError(f"simulated request {s.req.rid} did not finish")
         out.append(Outcome(s.arrival, s.generated, s.first_token - s.arrival, s.finished_at - s.arrival))
     return out
 
 
-async def run_live(url: str, model: str, requests: Sequence[TraceRequest], *, seed: int | None = None,
-                   vocab: int | None = None) -> list[Outcome]:
-    """Send the requests at their arrival times and time each answer."""
+async def run_live(url: str, model: str, requests: Sequence[TraceRequest], *, concurrency: int | None = None,
+                   seed: int | None = None, vocab: int | None = None) -> list[Outcome]:
+    """Send the requests (at their arrival times, or ``concurrency`` at a time) and time each answer."""
     rng = random.Random(seed)
     prompts = [random_prompt(rng, r.prompt_tokens, vocab) for r in requests]
+    todo = list(range(len(requests)))
+    out: list[Outcome] = []
     async with new_client(url) as client:
         start = time.perf_counter() + 0.05
 
-        async def one(req: TraceRequest, prompt: list[int]) -> tuple[float, Timing]:
-            await asyncio.sleep(max(0.0, start + req.arrival - time.perf_counter()))
+        async def one(i: int) -> None:
+            if concurrency is None:
+                await asyncio.sleep(max(0.0, start + requests[i].arrival - time.perf_counter()))
             sent = time.perf_counter() - start
-            return sent, await stream_completion(client, model, prompt, req.output_tokens)
+            t = await stream_completion(client, model, prompts[i], requests[i].output_tokens)
+            out.append(Outcome(sent, t.output_tokens, t.ttft, t.end))
 
-        done = await asyncio.gather(*(one(r, p) for r, p in zip(requests, prompts, strict=True)))
-    return [Outcome(sent, t.output_tokens, t.ttft, t.end) for sent, t in done]
+        async def worker() -> None:
+            while todo:
+                await one(todo.pop(0))
+
+        if concurrency is None:
+            await asyncio.gather(*(one(i) for i in todo))
+        else:
+            await asyncio.sleep(0.05)
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return out

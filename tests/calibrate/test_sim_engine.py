@@ -1,0 +1,84 @@
+"""`syshax calibrate` against the simulator itself: it recovers the profile it was started with.
+
+A real ``python -m sim`` engine (profile ``tiny``, vLLM V1 dialect, real time) on a free
+loopback port, and the real command in a subprocess. Also: an engine serving traffic is
+refused unless ``--force``.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from sim.calibrate.fit import constants_of
+from sim.launch import EngineHandle
+from sim.profile import load_profile
+from tests.plugins.sim import SimEngineFactory
+
+SYSHAX = str(Path(sys.executable).with_name("syshax"))
+
+
+def _calibrate(url: str, out: Path, *extra: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([SYSHAX, "calibrate", url, "--base", "tiny", "-o", str(out), *extra],
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+@pytest.fixture
+def tiny_engine(sim_engine: SimEngineFactory) -> EngineHandle:
+    """The tiny profile in real time (speed 1: calibrate times the wall clock)."""
+    return sim_engine("tiny", dialect="vllm-v1", speed=1.0)
+
+
+def test_calibrating_the_simulator_recovers_its_prefill_and_decode_constants(tiny_engine: EngineHandle,
+                                                                              tmp_path: Path) -> None:
+    out = tmp_path / "tiny-calibrated.yaml"
+    done = _calibrate(tiny_engine.url, out, "--settle", "4")
+    assert done.returncode == 0, done.stderr
+    got, want = constants_of(load_profile(str(out))), constants_of(load_profile("tiny"))
+    figures = (f"prefill {got.prefill_per_token * 1e6:.1f} us/token (profile {want.prefill_per_token * 1e6:.1f}), "
+               f"decode step {got.decode_base * 1e3:.3f} ms (profile {want.decode_base * 1e3:.3f})")
+    print(figures)
+    assert got.prefill_per_token == pytest.approx(want.prefill_per_token, rel=0.10), figures
+    assert got.decode_base == pytest.approx(want.decode_base, rel=0.10), figures
+    record = yaml.safe_load(out.read_text())["calibration"]
+    assert record["engine"]["dialect"] == "vllm-v1"
+    assert {f["term"].split()[0] for f in record["fit"]} == {"prefill", "decode"}
+    assert all(f["r2"] > 0.9 for f in record["fit"])
+    assert load_profile(str(out)).kv_capacity_tokens == load_profile("tiny").kv_capacity_tokens
+    assert "decode step, fixed part" in done.stdout  # the summary table
+
+
+@pytest.fixture
+def busy(tiny_engine: EngineHandle) -> Iterator[EngineHandle]:
+    """The engine with a long request streaming in the background until the test ends."""
+    started = threading.Event()
+
+    def stream() -> None:
+        body = {"model": "ds-32b", "prompt": "busy", "max_tokens": 300, "ignore_eos": True, "stream": True}
+        with httpx.stream("POST", f"{tiny_engine.url}/v1/completions", json=body, timeout=30) as resp:
+            for _ in resp.iter_lines():
+                started.set()
+
+    worker = threading.Thread(target=stream, daemon=True)
+    worker.start()
+    assert started.wait(10)
+    yield tiny_engine
+    worker.join(timeout=30)
+
+
+def test_an_engine_serving_traffic_is_refused_unless_forced(busy: EngineHandle, tmp_path: Path) -> None:
+    out = tmp_path / "p.yaml"
+    refused = _calibrate(busy.url, out)
+    assert refused.returncode == 1
+    assert "serving traffic (1 running, 0 waiting)" in refused.stderr and "--force" in refused.stderr
+    assert not out.exists()
+    forced = _calibrate(busy.url, out, "--force", "--rounds", "1", "--settle", "0.1")
+    assert forced.returncode == 0, forced.stderr
+    assert load_profile(str(out)).name.startswith("calibrated-vllm-v1-")
