@@ -15,7 +15,14 @@ from pathlib import Path
 
 import httpx
 
-from sim.calibrate.engine_info import EngineFacts, EngineInfoError, Load, detect_dialect, read_facts, read_load
+from sim.calibrate.engine_info import (
+    EngineFacts,
+    EngineInfoError,
+    Load,
+    detect_dialect,
+    read_facts,
+    read_load,
+)
 from sim.calibrate.fit import FitError, FitResult, fit
 from sim.calibrate.measure import Measurements, Progress, make_plan, run_plan
 from sim.calibrate.probe import ProbeError

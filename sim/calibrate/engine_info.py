@@ -107,7 +107,8 @@ def _llamacpp(client: httpx.Client, card: dict[str, Any]) -> EngineFacts:
     slot_ctx = _int(settings.get("n_ctx"))
     if isinstance(slots, list) and slots and isinstance(slots[0], dict):
         slot_ctx = _int(slots[0].get("n_ctx")) or slot_ctx
-    meta = card.get("meta") if isinstance(card.get("meta"), dict) else {}
+    raw_meta = card.get("meta")
+    meta: dict[str, Any] = raw_meta if isinstance(raw_meta, dict) else {}
     capacity = slot_ctx * n_slots if slot_ctx and n_slots else None
     return EngineFacts(url=str(client.base_url), dialect="llamacpp", model=str(card.get("id", "")),
                        max_model_len=slot_ctx, max_num_seqs=n_slots, kv_capacity_tokens=capacity,

@@ -84,9 +84,10 @@ def simulate(profile: Profile, requests: Sequence[TraceRequest], concurrency: in
         while concurrency is None and nxt < len(order) and requests[order[nxt]].arrival <= core.now:
             send(requests[order[nxt]].arrival)
         step = core.advance(upcoming) if core.has_work() else None
-        for _ in step.finished if step is not None and concurrency is not None else ():
-            if nxt < len(order):
-                send(step.end)
+        if step is not None and concurrency is not None:
+            for _ in step.finished:
+                if nxt < len(order):
+                    send(step.end)
     out = []
     for s in seqs:
         if s.first_token is None or s.finished_at is None:
