@@ -67,7 +67,7 @@ def errors(predicted: Measured, actual: Measured) -> dict[str, float]:
 
 
 def choose(predictions: Sequence[Prediction], current: Setting, span: float) -> Choice:
-    """The recommendation among ``predictions`` (the first must be gpu-only)."""
+    """The recommendation among ``predictions`` (one of them must be gpu-only)."""
     gpu = next(i for i, p in enumerate(predictions) if p.setting.policy == "gpu-only")
     gpu_goodput = predictions[gpu].measured.goodput
     with_cpu = [p for p in predictions if p.setting.uses_cpu]
@@ -76,8 +76,9 @@ def choose(predictions: Sequence[Prediction], current: Setting, span: float) -> 
         return Choice(gpu, False, f"The CPU cannot help this traffic: no setting that uses it beats GPU-only "
                                   f"({gpu_goodput:.2f} requests/s within the targets) by more than noise, "
                                   f"so GPU-only is recommended.")
-    best = max(p.measured.goodput for p in predictions)
-    tied = [i for i, p in enumerate(predictions) if p.measured.goodput >= best - noise(best, span)]
+    # The CPU helps: the choice is among the settings that use it (GPU-only is beaten).
+    tied = [i for i, p in enumerate(predictions)
+            if p.setting.uses_cpu and p.measured.goodput >= best_cpu - noise(best_cpu, span)]
     pick = next((i for i in tied if predictions[i].setting == current), None)
     if pick is None:
         pick = min(tied, key=lambda i: predictions[i].setting.simplicity(current))
