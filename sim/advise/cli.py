@@ -18,7 +18,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from sim.advise import choose, daemon, options, predict, table, window
 from syshaxd.cli import CommandError, UsageError
-from syshaxd.cli._common import add_config_arg
 from syshaxd.cli.control import ControlClient, connect
 from syshaxd.routing import Limits
 from syshaxd.schema import AdviceModel, StateModel
@@ -41,7 +40,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "gpu-only, classic and adaptive with a small grid of batch limits and auto-PD on/off; print each one's "
         "predicted goodput, throughput, TTFT, TPOT and CPU share, the current setting's predicted-vs-actual "
         "error on the same window, and a recommendation. The advice is sent to the daemon for the console.")
-    add_config_arg(p)
+    # After the subcommand too, as the daemon's own commands take it (SUPPRESS keeps a --config
+    # given before the subcommand).
+    p.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file to use")
     p.add_argument("--socket", metavar="PATH", help="control socket (else control.socket, else the default locations)")
     p.add_argument("--last", type=int, metavar="N", help="replay the last N recorded requests (default: all kept)")
     p.add_argument("--gpu-profile", metavar="NAME|FILE",

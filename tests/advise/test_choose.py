@@ -1,11 +1,18 @@
-"""Pure parts of advise: records to a trace, and the recommendation among predictions."""
+"""Pure parts of advise: records to a trace, the grid, the engines' profiles, the recommendation."""
 
 from __future__ import annotations
 
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
 from sim.advise.choose import choose, errors
+from sim.advise.daemon import EngineFacts, box_of
 from sim.advise.options import Setting, base_limits, current_setting, grid
 from sim.advise.predict import Prediction
 from sim.advise.window import Measured, window_of
+from syshaxd.cli import UsageError
 from syshaxd.schema import DecisionModel, RequestRecordModel
 
 CLASSIC = Setting("classic", None, 20, False)
@@ -67,3 +74,18 @@ def test_the_grid_is_small_and_holds_the_current_setting() -> None:
     assert len(options) == 16 and len(set(options)) == 16
     assert {o.gpu_max_batch_size for o in options if o.policy == "adaptive"} == {None, 8}
     assert {o.cpu_max_batch_size for o in options if o.policy == "classic"} == {6, 12, 24}
+
+
+def test_profiles_come_from_the_simulators_or_from_files_and_a_real_engine_needs_one(tmp_path: Path) -> None:
+    sims = [EngineFacts("gpu0", "gpu", "tiny", 0.25), EngineFacts("cpu0", "cpu", "tiny", 0.25)]
+    box, used = box_of(sims, None, None, None)
+    assert box.speed == 0.25 and used == {"gpu": "tiny", "cpu": "tiny"} and box.gpu_slots() == 8
+    # A calibrated file: the loader ignores its calibration section.
+    text = resources.files("sim").joinpath("profiles/tiny.yaml").read_text(encoding="utf-8")
+    calibrated = tmp_path / "fitted.yaml"
+    calibrated.write_text(text + "calibration:\n  measured_at: now\n", encoding="utf-8")
+    real = [EngineFacts("gpu0", "gpu", None, None), EngineFacts("cpu0", "cpu", "tiny", 1.0)]
+    box, used = box_of(real, str(calibrated), None, None)
+    assert used == {"gpu": str(calibrated), "cpu": "tiny"} and box.speed == 1.0
+    with pytest.raises(UsageError, match="--gpu-profile"):
+        box_of(real, None, None, None)
