@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from sim.calibrate.engine_info import (
 )
 from sim.calibrate.fit import FitError, FitResult, fit
 from sim.calibrate.measure import Measurements, Progress, make_plan, run_plan
+from sim.calibrate.nnls import nnls
 from sim.calibrate.probe import ProbeError
 from sim.calibrate.quality import TermFit, profile_fit
 from sim.calibrate.writer import LLAMACPP_BATCH, build, record, write
@@ -90,16 +90,20 @@ def _facts(opts: Options) -> EngineFacts:
 def fold_api_overhead(result: FitResult) -> FitResult:
     """Charge the per-request TTFT the step model cannot hold to the prompt's tokens.
 
-    The simulator has no per-request cost, but the engine spends it (llama-server's prompt
-    batches set up their graphs; the API parses and tokenises) and a batch waits for it; at
-    the mean measured prompt length the folded constants give the measured TTFT.
+    The simulator has no per-request cost, but the engine spends it (llama-server sets up
+    a compute graph for each new prompt shape; the API parses and tokenises) and a batch
+    waits for it. So the prefill constants are fitted again to the measured TTFTs with the
+    profile's own intercept (s0 + s1): the relative error over the measured prompt lengths
+    is the smallest the simulator can reach.
     """
     c = result.constants
-    if c.api_overhead <= 0 or not result.prefill_used:
+    if c.api_overhead <= 0 or len(result.prefill_used) < 2:
         return result
-    reference = statistics.fmean(p.prompt_tokens for p in result.prefill_used)
-    folded = dataclasses.replace(c, prefill_per_token=c.prefill_per_token + c.api_overhead / reference,
-                                 api_overhead=0.0)
+    fixed = c.step_overhead + c.per_seq_overhead
+    points = result.prefill_used
+    rows = [[float(p.prompt_tokens), p.prompt_tokens**2 / 2] for p in points]
+    alpha, beta = nnls(rows, [p.ttft_s - fixed for p in points], [1 / p.ttft_s**2 for p in points])
+    folded = dataclasses.replace(c, prefill_per_token=alpha, attention=beta, api_overhead=0.0)
     return dataclasses.replace(result, constants=folded)
 
 

@@ -2,10 +2,11 @@
 
 Calibrate, then run one workload live and in virtual time with the fitted profile: the
 simulator's TTFT p50, TPOT p50 and output tokens/s are each within 20% of the engine's.
-The workload: 40 requests arriving as a Poisson process at 8/s, prompts of 128-768 random
+The workload: 24 requests arriving as a Poisson process at 8/s, prompts of 128-768 random
 token ids, 32-96 output tokens (``ignore_eos``), against ``-np 4 -c 4096 -t 1``. This
-two-core machine is shared with other work, so the check runs three calibrate-then-run
-pairs and holds the median error of each figure to 20%; every pair's figures are printed.
+two-core machine is shared with other work whose load comes and goes by the second, so
+the check runs five short calibrate-then-run pairs (each pair sees one load) and holds the
+median error of each figure to 20%; every pair's figures are printed.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ from tests.plugins.llama import LlamaServer
 pytestmark = pytest.mark.llama
 
 TOLERANCE = 0.20
-PAIRS = 3
+PAIRS = 5
 
 
-def workload(seed: int, n: int = 40, rate: float = 8.0) -> list[TraceRequest]:
+def workload(seed: int, n: int = 24, rate: float = 8.0) -> list[TraceRequest]:
     """Poisson arrivals, uniform prompt and output lengths."""
     rng = random.Random(seed)
     return [TraceRequest(t, rng.randint(128, 768), rng.randint(32, 96)) for t in poisson_arrivals(n, rate, seed=seed)]
@@ -49,7 +50,7 @@ def test_the_fitted_profile_reproduces_the_engine_on_a_workload_within_20_percen
         llama_server: LlamaServer, tmp_path: Path) -> None:
     lines, errors = [], []
     for k in range(PAIRS):
-        cal = calibrate(Options(url=llama_server.url, out=tmp_path / f"llama-{k}.yaml", settle=3.0))
+        cal = calibrate(Options(url=llama_server.url, out=tmp_path / f"llama-{k}.yaml", settle=2.0))
         work = workload(seed=k)
         live = summarise(asyncio.run(run_live(llama_server.url, cal.facts.model, work)))
         sim = summarise(simulate(cal.profile, work))
