@@ -117,7 +117,8 @@ def record(facts: EngineFacts, measured: Measurements, result: FitResult, qualit
         "duration_s": round(measured.duration, 2),
         "probes_skipped_by_budget": measured.skipped,
         "constants_s": {k: float(f"{v:.6g}") for k, v in asdict(result.constants).items()},
-        "api_overhead_note": "api_overhead is TTFT the step model has no term for; the simulator does not add it",
+        "api_overhead_note": "api_overhead_folded_s: TTFT per request beyond the step model, folded into the "
+                             "prefill constants (the simulator has no per-request cost)",
         "fit": [{"term": q.term, "points": q.points, "r2": round(q.r2, 4), "median_rel_error": round(q.median_error, 4),
                  "max_rel_error": round(q.max_error, 4)} for q in quality],
         "prefill_points": [[p.prompt_tokens, float(f"{p.ttft_s:.6g}"), p.samples] for p in result.prefill_used],
