@@ -39,7 +39,7 @@ def tiny_engine(sim_engine: SimEngineFactory) -> EngineHandle:
 def test_calibrating_the_simulator_recovers_its_prefill_and_decode_constants(tiny_engine: EngineHandle,
                                                                               tmp_path: Path) -> None:
     out = tmp_path / "tiny-calibrated.yaml"
-    done = _calibrate(tiny_engine.url, out, "--settle", "4")
+    done = _calibrate(tiny_engine.url, out, "--decode-tokens", "32", "--settle", "3")
     assert done.returncode == 0, done.stderr
     got, want = constants_of(load_profile(str(out))), constants_of(load_profile("tiny"))
     figures = (f"prefill {got.prefill_per_token * 1e6:.1f} us/token (profile {want.prefill_per_token * 1e6:.1f}), "
