@@ -47,10 +47,10 @@ def _line(k: int, live: WorkloadSummary, sim: WorkloadSummary) -> str:
 
 
 def test_the_fitted_profile_reproduces_the_engine_on_a_workload_within_20_percent(
-        llama_server: LlamaServer, tmp_path: Path) -> None:
+        llama_server: LlamaServer, short_tmp: Path) -> None:
     lines, errors = [], []
     for k in range(PAIRS):
-        cal = calibrate(Options(url=llama_server.url, out=tmp_path / f"llama-{k}.yaml", settle=2.0))
+        cal = calibrate(Options(url=llama_server.url, out=short_tmp / f"llama-{k}.yaml", settle=2.0))
         work = workload(seed=k)
         live = summarise(asyncio.run(run_live(llama_server.url, cal.facts.model, work)))
         sim = summarise(simulate(cal.profile, work))
@@ -63,8 +63,8 @@ def test_the_fitted_profile_reproduces_the_engine_on_a_workload_within_20_percen
 
 
 def test_calibrating_llama_server_reads_its_slots_and_context_and_fits_both_terms(
-        llama_server: LlamaServer, tmp_path: Path) -> None:
-    cal = calibrate(Options(url=llama_server.url, out=tmp_path / "llama.yaml", rounds=2, settle=0.1))
+        llama_server: LlamaServer, short_tmp: Path) -> None:
+    cal = calibrate(Options(url=llama_server.url, out=short_tmp / "llama.yaml", rounds=2, settle=0.1))
     assert cal.facts.dialect == "llamacpp"
     assert cal.profile.max_num_seqs == llama_server.n_parallel
     assert cal.profile.kv_capacity_tokens == llama_server.n_ctx

@@ -37,8 +37,8 @@ def tiny_engine(sim_engine: SimEngineFactory) -> EngineHandle:
 
 
 def test_calibrating_the_simulator_recovers_its_prefill_and_decode_constants(tiny_engine: EngineHandle,
-                                                                              tmp_path: Path) -> None:
-    out = tmp_path / "tiny-calibrated.yaml"
+                                                                              short_tmp: Path) -> None:
+    out = short_tmp / "tiny-calibrated.yaml"
     done = _calibrate(tiny_engine.url, out, "--decode-tokens", "32", "--settle", "3")
     assert done.returncode == 0, done.stderr
     got, want = constants_of(load_profile(str(out))), constants_of(load_profile("tiny"))
@@ -73,8 +73,8 @@ def busy(tiny_engine: EngineHandle) -> Iterator[EngineHandle]:
     worker.join(timeout=30)
 
 
-def test_an_engine_serving_traffic_is_refused_unless_forced(busy: EngineHandle, tmp_path: Path) -> None:
-    out = tmp_path / "p.yaml"
+def test_an_engine_serving_traffic_is_refused_unless_forced(busy: EngineHandle, short_tmp: Path) -> None:
+    out = short_tmp / "p.yaml"
     refused = _calibrate(busy.url, out)
     assert refused.returncode == 1
     assert "serving traffic (1 running, 0 waiting)" in refused.stderr and "--force" in refused.stderr
