@@ -120,19 +120,22 @@ def calibrate(opts: Options, progress: Progress | None = None) -> Calibration:
         measured = asyncio.run(run_plan(facts, plan, budget=opts.budget, settle=opts.settle, progress=progress))
         raw = fit(measured.prefill_points(), measured.decode_points())
         result = fold_api_overhead(raw)
-        name = opts.name or f"calibrated-{facts.dialect}-{httpx.URL(facts.url).port}"
+        name = opts.name or f"calibrated-{facts.dialect}-{httpx.URL(facts.url).port or 80}"
         data = build(base, facts, result, name=name, tag=f"calibrate {_day(measured)}", device=opts.device)
     except (EngineInfoError, ProbeError, ProfileError) as exc:
         raise CalibrateError(str(exc)) from None
     except FitError as exc:
-        raise CalibrateError(f"{exc}; the budget ({opts.budget:g} s) ran out after "
-                             f"{len(measured.samples)} probes: give it more with --budget") from None
+        raise CalibrateError(f"{exc} after {measured.duration:.0f} s of probes (budget {opts.budget:g} s): "
+                             "give it more time with --budget, or more decode tokens with --decode-tokens") from None
     profile = _profile(data)
     quality = profile_fit(profile, result.prefill_used, result.decode_used)
     path = opts.out or Path(f"{name}.yaml")
     calibration = record(facts, measured, result, quality)
     calibration["api_overhead_folded_s"] = float(f"{raw.constants.api_overhead:.6g}")
-    write(path, data, calibration)
+    try:
+        write(path, data, calibration)
+    except OSError as exc:
+        raise CalibrateError(f"cannot write the profile to {path}: {exc.strerror or exc}") from None
     return Calibration(facts, measured, result, raw.constants.api_overhead, quality, load_profile(str(path)), path)
 
 
