@@ -13,7 +13,6 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry
 
@@ -22,50 +21,20 @@ from syshaxd.conductor.books import Books
 from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.records import RequestLog
+from syshaxd.conductor.sources import EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import Config
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
-from syshaxd.policy import get_policy, pick_engine
+from syshaxd.policy import get_policy, pick_engine, queue_order
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.routing import Decision, Mode, Policy, RequestFeatures
 from syshaxd.schema import ConductorStatsModel, DecisionModel, RequestRecordModel
 from syshaxd.snapshot import Device, EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
-
-
-class SnapshotSource(Protocol):
-    """What the conductor needs from the monitor."""
-
-    def snapshot(self) -> Snapshot:
-        """The latest immutable snapshot."""
-        ...
-
-
-class RuntimeSource(Protocol):
-    """What the conductor needs from the runtime config holder."""
-
-    @property
-    def policy_name(self) -> str:
-        """The active policy's name."""
-        ...
-
-    def limits(self) -> Limits:
-        """The decider's current limits."""
-        ...
-
-    def engine_flags(self, name: str) -> tuple[bool, bool]:
-        """(enabled, draining) of an engine."""
-        ...
-
-
-class EventSink(Protocol):
-    """Where decision events go (the control API's event bus)."""
-
-    def publish(self, event: str, data: Any) -> None:
-        """Send one event to every subscriber without blocking."""
-        ...
+#: Seconds since arrival past which a request counts as having waited for its route.
+WAITED_MIN = 0.001
 
 
 @dataclass(frozen=True)
@@ -159,7 +128,11 @@ class Conductor:
     def try_route(self, flight: BookedFlight) -> Route | ApiError | None:
         """Ask the policy and reserve engines; None means wait for capacity."""
         snap, limits = self.live_snapshot(), self.runtime.limits()
-        decision = self.policy()(snap, flight.features, limits)
+        features = flight.features
+        waited = time.monotonic() - flight.t0
+        if waited > WAITED_MIN:  # asked again from the queue: the policy counts the wait
+            features = replace(features, waited=waited)
+        decision = self.policy()(snap, features, limits)
         if flight.forced_mode is Mode.PD_SPLIT and decision.device is not None:
             decision = replace(decision, device="cpu", mode=Mode.PD_SPLIT,
                                reason=f"pd_disagg requested; policy said: {decision.reason}")
@@ -301,6 +274,9 @@ class Conductor:
             return routed_now
         stats = self.books.stats
         stats.m_queue.set(len(self.queue))
+        # The policy's queue order (adaptive: the oldest request still on time first) and target.
+        self.queue.order = queue_order(self.runtime.policy_name)
+        self.queue.ttft_target = self.runtime.limits().ttft_target
         try:
             routed = await asyncio.wait_for(self.queue.admit(lambda: self.try_route(flight)), flight.remaining())
         except asyncio.TimeoutError:
