@@ -57,7 +57,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """Run the calibration with a progress bar, then print the summary."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
     from sim.calibrate.calibrate import CalibrateError, Options, calibrate
     from sim.calibrate.report import summary_table
@@ -69,7 +69,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
                    max_batch=args.max_batch, decode_tokens=args.decode_tokens, rounds=args.rounds,
                    settle=args.settle, force=args.force)
     console = Console(stderr=True)
-    with Progress(TextColumn("{task.description:<40}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description:<40}"), BarColumn(), TaskProgressColumn(), TimeElapsedColumn(),
                   TextColumn(f"budget {args.budget:g} s"), console=console, transient=True) as bar:
         task = bar.add_task("reading the engine", total=None)
 
