@@ -135,12 +135,15 @@ class Relay:
     def _client_gone(self) -> None:
         if not self._over:
             self._stop()
-            self.flight.finish("client_disconnect", tokens=self._tokens())
+            self.flight.finish(self._gone_outcome(), tokens=self._tokens())
             if self._waiter is not None and not self._waiter.done():
                 self._waiter.set_result(None)
 
     def _tokens(self) -> int | None:
         return None
+
+    def _gone_outcome(self) -> str:
+        return "client_disconnect"
 
     def _stop(self) -> None:
         """Stop reading the engine (closing its connection aborts its request) and the timer."""
@@ -236,6 +239,11 @@ class StreamRelay(Relay):
 
     def _tokens(self) -> int | None:
         return max(0, self._events - 2)
+
+    def _gone_outcome(self) -> str:
+        # A client that read [DONE] may close before the engine's end of the response reaches
+        # us: it had the whole answer.
+        return "ok" if self.committed and _DONE_EVENT in self._tail else "client_disconnect"
 
     def _close(self, outcome: str, error: bytes = b"") -> None:
         """End the client's stream (an error event first when there is one), then the flight: the
