@@ -163,15 +163,8 @@ def load_lengths(traces: Path, name: str, file: Path, citation: str) -> Source:
 
 def load_sharegpt(traces: Path) -> Source:
     """The ShareGPT length distribution (no timestamps)."""
-    path = traces / SHAREGPT_FILE
-    rows = _open(path)
-    if not rows:
-        raise WorkloadError(f"{path}: no requests")
-    lengths = tuple(
-        _fit(_int(path, i + 2, r, "num_prefill_tokens"), _int(path, i + 2, r, "num_decode_tokens"))
-        for i, r in enumerate(rows)
-    )
-    return Source("sharegpt", (), lengths, "ShareGPT 8k-filtered length stats (Sarathi-Serve), Apache-2.0")
+    return load_lengths(traces, "sharegpt", SHAREGPT_FILE,
+                        "ShareGPT 8k-filtered length stats (Sarathi-Serve), Apache-2.0")
 
 
 def reasoning(source: Source, scale: int = REASONING_SCALE) -> Source:
