@@ -64,7 +64,7 @@ class VirtualEngine:
             kv_cache_usage=self.core.kv_usage, running=self.core.num_running, waiting=self.core.num_waiting,
             swapped=self.core.num_swapped, preemptions_total=float(c.preemptions),
             prompt_tokens_total=float(c.prompt_tokens), generation_tokens_total=float(c.generation_tokens),
-            requests_finished_total=float(sum(c.finished.values())),
+            requests_finished_total=float(sum(c.finished.values())), prefill_seconds_total=c.prefill_time,
             histograms=(("ttft", HistogramData((), self.ttft[0], self.ttft[1])),
                         ("tpot", HistogramData((), self.tpot[0], self.tpot[1]))),
         )

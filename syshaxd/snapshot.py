@@ -69,11 +69,18 @@ class EngineMetrics:
     decode_tps: float | None = None
     histograms: tuple[tuple[str, HistogramData], ...] = ()
     requests_finished_total: float | None = None
+    #: Seconds the engine has spent prefilling prompts (llama.cpp's ``prompt_seconds_total``;
+    #: vLLM's per-request prefill-time histogram sum, which counts a step shared by several
+    #: prompts once per prompt, so a speed from it is a lower bound).
+    prefill_seconds_total: float | None = None
     # Filled by the monitor's rate tracker from counter deltas over its window:
     finish_rate: float | None = None  # requests finished per second
     tpot_recent: float | None = None  # mean seconds per output token of recent tokens, per request
     tpot_batch: float | None = None  # mean number of requests decoding while tpot_recent was measured
     ttft_recent: float | None = None  # mean time to first token of recently started requests
+    #: Prompt tokens per second of prefill time (capacity, unlike ``prefill_tps``, which is
+    #: demand): prompt tokens over prefill seconds in the latency window, kept while idle.
+    prefill_speed: float | None = None
     #: Tokens the engine's KV cache holds in all (vLLM: num_gpu_blocks x block_size of its
     #: cache_config_info), when known: lets a policy turn prompt lengths into KV headroom.
     kv_capacity_tokens: int | None = None

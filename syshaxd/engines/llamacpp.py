@@ -18,7 +18,8 @@ from syshaxd.snapshot import EngineMetrics, HistogramData
 
 _WANTED = wanted_samples(("llamacpp:tokens_predicted_total", "llamacpp:tokens_predicted_seconds_total",
                           "llamacpp:kv_cache_usage_ratio", "llamacpp:requests_processing",
-                          "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total"))
+                          "llamacpp:requests_deferred", "llamacpp:prompt_tokens_total",
+                          "llamacpp:prompt_seconds_total"))
 
 
 def parse(text: str) -> EngineMetrics:
@@ -37,6 +38,7 @@ def parse(text: str) -> EngineMetrics:
         running=count(m.total("llamacpp:requests_processing")),
         waiting=count(m.total("llamacpp:requests_deferred")),
         prompt_tokens_total=nonneg(m.total("llamacpp:prompt_tokens_total")),
+        prefill_seconds_total=nonneg(m.total("llamacpp:prompt_seconds_total")),
         generation_tokens_total=generated,
         histograms=hists,
     )

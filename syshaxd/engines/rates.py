@@ -36,6 +36,7 @@ def _counters(metrics: EngineMetrics) -> dict[str, float]:
         "prompt": metrics.prompt_tokens_total,
         "generation": metrics.generation_tokens_total,
         "finished": metrics.requests_finished_total,
+        "prefill_seconds": metrics.prefill_seconds_total,
     }
     for name in ("tpot", "ttft"):
         hist = metrics.histogram(name)
@@ -63,13 +64,14 @@ class RateTracker:
         self._tpot: float | None = None
         self._tpot_batch: float | None = None
         self._ttft: float | None = None
+        self._prefill_speed: float | None = None
         self._live: tuple[float, float] | None = None  # (generation counter, with running tokens)
 
     def reset(self) -> None:
         """Forget all history (the next record starts afresh)."""
         self._counters.clear()
         self._history.clear()
-        self._tpot = self._tpot_batch = self._ttft = None
+        self._tpot = self._tpot_batch = self._ttft = self._prefill_speed = None
         self._live = None
 
     def update(self, metrics: EngineMetrics, now: float) -> EngineMetrics:
@@ -78,7 +80,8 @@ class RateTracker:
         ``prefill_tps``/``decode_tps`` the dialect read from a gauge stay; otherwise they
         come from counter deltas. ``tpot_recent``/``ttft_recent`` are the means of what
         happened inside the latency window (``tpot_batch`` the mean number of requests
-        decoding meanwhile), and keep their last value while nothing new happens.
+        decoding meanwhile), and ``prefill_speed`` the prompt tokens per second of prefill
+        time there; all keep their last value while nothing new happens.
         """
         if self._history and now <= self._history[-1][0]:
             return self._fill(metrics, {})  # clock did not advance: no new information
@@ -92,10 +95,15 @@ class RateTracker:
             self._history.popleft()
         deltas: dict[str, tuple[float, float]] = {}
         for key, value in adjusted.items():
-            window = self.latency_window if key.startswith(("tpot_", "ttft_")) else self.window
+            window = self.latency_window if key.startswith(("tpot_", "ttft_", "prefill_")) else self.window
             base = self._baseline(now, key, window)
             if base is not None:
                 deltas[key] = (value - base[1], now - base[0])
+        if "prefill_seconds" in deltas and "prompt" in adjusted:
+            # Prompt tokens over the same (latency) window as the prefill seconds.
+            base = self._baseline(now, "prompt", self.latency_window)
+            if base is not None:
+                deltas["prompt_latency"] = (adjusted["prompt"] - base[1], now - base[0])
         return self._fill(metrics, deltas)
 
     def _with_running(self, counter: float, running: int | None) -> float:
@@ -143,6 +151,7 @@ class RateTracker:
             # their sum over the window's length is how many requests decoded at once.
             self._tpot_batch = rate("tpot_sum")
         self._ttft = mean("ttft") or self._ttft
+        self._prefill_speed = _speed(deltas.get("prompt_latency"), deltas.get("prefill_seconds")) or self._prefill_speed
         return replace(
             metrics,
             prefill_tps=metrics.prefill_tps if metrics.prefill_tps is not None else rate("prompt"),
@@ -151,4 +160,13 @@ class RateTracker:
             tpot_recent=self._tpot,
             tpot_batch=self._tpot_batch,
             ttft_recent=self._ttft,
+            prefill_speed=self._prefill_speed,
         )
+
+
+def _speed(tokens: tuple[float, float] | None, seconds: tuple[float, float] | None) -> float | None:
+    """Prompt tokens per second spent prefilling, when the window holds both and some prefill."""
+    if tokens is None or seconds is None or seconds[0] <= 1e-6 or tokens[0] <= 0:
+        return None
+    value = tokens[0] / seconds[0]
+    return value if math.isfinite(value) else None

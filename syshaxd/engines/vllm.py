@@ -40,7 +40,8 @@ _HISTOGRAM_NAMES = tuple(name for _, names in _HISTOGRAMS for name in names)
 _V0 = wanted_samples((*_COMMON, "vllm:gpu_cache_usage_perc", "vllm:cpu_cache_usage_perc",
                       "vllm:avg_prompt_throughput_toks_per_s", "vllm:avg_generation_throughput_toks_per_s"),
                      _HISTOGRAM_NAMES)
-_V1 = wanted_samples((*_COMMON, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"), _HISTOGRAM_NAMES)
+_V1 = wanted_samples((*_COMMON, "vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc",
+                      "vllm:request_prefill_time_seconds_sum"), _HISTOGRAM_NAMES)
 
 
 def parse_v0(text: str) -> EngineMetrics:
@@ -66,6 +67,9 @@ def parse_v1(text: str) -> EngineMetrics:
         _common(m),
         kv_cache_usage=fraction(m.mean(kv)) if kv else None,
         swapped=count(m.total("vllm:num_requests_swapped")),
+        # Per request, from its first scheduling to its first token: prompts sharing a step
+        # each count it, so the prefill speed taken from it is a lower bound.
+        prefill_seconds_total=nonneg(m.total("vllm:request_prefill_time_seconds_sum")),
     )
 
 

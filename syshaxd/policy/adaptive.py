@@ -168,8 +168,15 @@ def estimate_options(
 
 
 def cpu_prefill_limit(cpu: DeviceModel, limits: Limits, tuning: Tuning = DEFAULT_TUNING) -> float:
-    """Longest prompt the CPU prefills whole: ``cpu_prefill_max_tokens``, or more when its prefill
-    rate (measured, once it has prefilled) gets the prompt through within half the TTFT target."""
+    """Longest prompt the CPU prefills whole.
+
+    Once the engine has measured its prefill speed (``prefill_speed``, a lower bound), any
+    prompt it gets through within the TTFT target: the estimate then decides. Before,
+    ``cpu_prefill_max_tokens``, or more when its observed prompt rate gets the prompt
+    through within half the target (the default speed is one CPU's guess).
+    """
+    if cpu.prefill_measured:
+        return cpu.prefill_tps * limits.ttft_target
     return max(float(tuning.cpu_prefill_max_tokens), cpu.prefill_tps * limits.ttft_target / 2)
 
 
@@ -219,7 +226,7 @@ def decide(
 
     gpu = est.get("gpu")
     if gpu is not None and request.waited >= limits.ttft_target:
-        return _late(opts, limits, request.waited)
+        return _late(opts, limits, request.waited, tuning)
     if gpu is not None and opts.gpu_hold is not None:
         return _held(opts, limits, opts.gpu_hold)
     feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
@@ -245,15 +252,16 @@ def decide(
     return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")
 
 
-def _late(opts: Options, limits: Limits, waited: float) -> Decision:
+def _late(opts: Options, limits: Limits, waited: float, tuning: Tuning) -> Decision:
     """A request already past its TTFT target: it cannot count towards goodput anywhere.
 
-    The GPU is kept for requests still on time: a late one runs on the CPU while the CPU
-    keeps its TPOT target with it, or on the GPU only while the GPU has slack
+    The devices are kept for requests still on time: a late one runs on the CPU while the
+    CPU has slack (with it, the CPU decodes within half the TPOT target, and the answer
+    within ``cpu_decode_budget_s``), or on the GPU only while the GPU has slack
     (``Options.late_hold`` is None), and otherwise waits.
     """
     cpu = opts.cpu_anyway
-    if cpu is not None and cpu.tpot <= limits.tpot_target:
+    if cpu is not None and cpu.tpot <= limits.tpot_target / 2 and cpu.e2e - cpu.ttft <= tuning.cpu_decode_budget_s:
         return _decision(cpu, opts.cpu_engine, f"cpu: waited {secs(waited)}, past the TTFT target; "
                          f"the gpu is kept for requests still on time; est {cpu.summary()}")
     gpu = opts.estimates["gpu"]

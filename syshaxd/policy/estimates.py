@@ -40,6 +40,8 @@ class DeviceDefaults:
     tpot1: float  # seconds per output token with nothing else running
     growth: float  # relative TPOT increase per extra request while memory-bound
     knee: float  # batch size from which compute binds and TPOT grows with the batch
+    #: Whether a measured prefill speed replaces ``prefill_tps`` (else it can only raise it).
+    measured_prefill_replaces: bool = False
 
     def shape(self, batch: float) -> float:
         """TPOT at ``batch`` relative to TPOT at batch 1."""
@@ -48,7 +50,7 @@ class DeviceDefaults:
 
 
 GPU_DEFAULTS = DeviceDefaults(prefill_tps=6000.0, tpot1=0.029, growth=0.016, knee=256.0)
-CPU_DEFAULTS = DeviceDefaults(prefill_tps=30.0, tpot1=0.10, growth=0.02, knee=3.0)
+CPU_DEFAULTS = DeviceDefaults(prefill_tps=30.0, tpot1=0.10, growth=0.02, knee=3.0, measured_prefill_replaces=True)
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,7 @@ class DeviceModel:
     tpot1: float
     defaults: DeviceDefaults
     live: bool  # tpot1 comes from the engine's own numbers
+    prefill_measured: bool = False  # prefill_tps comes from the engine's measured prefill speed
 
     def tpot(self, batch: int) -> float:
         """Seconds per output token with ``batch`` requests decoding together."""
@@ -111,8 +114,8 @@ def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DE
     assuming it was would make a busy CPU look faster than it is.
     """
     m = view.metrics
-    # An observed prefill rate is demand, not capacity: it can only show the device is faster.
-    prefill = max(defaults.prefill_tps, m.prefill_tps or 0.0)
+    prefill = _prefill_speed(m.prefill_speed, m.prefill_tps, defaults, tuning)
+    measured = m.prefill_speed is not None and m.prefill_speed > 0
     observed: float | None = None
     batch = float(min(max(1, m.running or 0), defaults.knee))
     if m.tpot_recent is not None and m.tpot_recent > 0:
@@ -123,10 +126,29 @@ def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DE
         observed = m.running / m.decode_tps
         batch = float(m.running)  # measured over the same few seconds as the batch
     if observed is None:
-        return DeviceModel(prefill, defaults.tpot1, defaults, live=False)
+        return DeviceModel(prefill, defaults.tpot1, defaults, live=False, prefill_measured=measured)
     tpot1 = observed / defaults.shape(batch)
     low, high = defaults.tpot1 / tuning.max_deviation, defaults.tpot1 * tuning.max_deviation
-    return DeviceModel(prefill, min(high, max(low, tpot1)), defaults, live=True)
+    return DeviceModel(prefill, min(high, max(low, tpot1)), defaults, live=True, prefill_measured=measured)
+
+
+def _prefill_speed(measured: float | None, demand: float | None, defaults: DeviceDefaults, tuning: Tuning) -> float:
+    """Prompt tokens/s of one prefill: the engine's measured speed or the default.
+
+    The prompt tokens per second of prefill time (``prefill_speed``) is a measurement of
+    capacity, and a lower bound (vLLM's histogram counts a step shared by several prompts
+    once per prompt). A CPU's default is one CPU's estimate and CPUs differ tenfold (a
+    Kunpeng 920 on a dense 32B ~30 tokens/s, an AMX Xeon on a 3B-active MoE ~240), so
+    there a measurement replaces it; a GPU's default comes from published vLLM figures,
+    and the lower bound can only show the GPU faster. An observed prompt rate
+    (``prefill_tps``) is demand, not capacity: it can only show the device is faster.
+    """
+    speed = defaults.prefill_tps
+    if measured is not None and measured > 0:
+        low, high = defaults.prefill_tps / tuning.max_deviation, defaults.prefill_tps * tuning.max_deviation
+        measured = min(high, max(low, measured))
+        speed = measured if defaults.measured_prefill_replaces else max(speed, measured)
+    return max(speed, demand or 0.0)
 
 
 def remaining_tokens(view: EngineView, tuning: Tuning = DEFAULT_TUNING) -> float:

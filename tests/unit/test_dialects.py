@@ -94,6 +94,17 @@ def test_vllm_v1_0_10_fragment_engine_label_and_created_series() -> None:
     assert not any(name.endswith("_created") for name in ms.names())
 
 
+def test_vllm_v1_prefill_time_histogram_sum_is_the_prefill_seconds() -> None:
+    text = "\n".join([
+        "# TYPE vllm:request_prefill_time_seconds histogram",
+        'vllm:request_prefill_time_seconds_bucket{engine="0",le="+Inf",model_name="m"} 3.0',
+        'vllm:request_prefill_time_seconds_sum{engine="0",model_name="m"} 1.25',
+        'vllm:request_prefill_time_seconds_count{engine="0",model_name="m"} 3.0',
+        'vllm:request_prefill_time_seconds_sum{engine="1",model_name="m"} 0.5', ""])
+    assert get_dialect("vllm-v1").parse(text).prefill_seconds_total == pytest.approx(1.75)
+    assert parse("vllm-v1", "vllm-v1-design-doc-llama3.1-8b-elided.prom").prefill_seconds_total is None
+
+
 def test_vllm_v1_design_doc_elided_capture() -> None:
     m = parse("vllm-v1", "vllm-v1-design-doc-llama3.1-8b-elided.prom")
     assert m.running == 8
@@ -144,6 +155,8 @@ def test_llamacpp_capture_under_load() -> None:
     assert m.kv_cache_usage is None  # not in /metrics any more: /slots has it
     tpot = m.histogram("tpot")
     assert tpot is not None and tpot.count == 1354.0 and tpot.sum == pytest.approx(17.4422)
+    # Time spent prefilling, a counter: with the prompt tokens, the prefill speed.
+    assert m.prefill_seconds_total == pytest.approx(0.039569)
 
 
 def test_llamacpp_capture_idle() -> None:
@@ -158,6 +171,7 @@ def test_llamacpp_capture_idle() -> None:
 def test_llamacpp_2025_06_fragment() -> None:
     m = parse("llamacpp", "llamacpp-2025-06-pr13196-comment-fragment.prom")
     assert m.prompt_tokens_total == 143.0
+    assert m.prefill_seconds_total == pytest.approx(8.168)
     assert m.generation_tokens_total == 673.0
     assert m.running is None and m.waiting is None and m.kv_cache_usage is None
 

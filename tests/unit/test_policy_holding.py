@@ -92,6 +92,39 @@ def test_a_late_request_goes_to_a_cpu_with_room_or_waits_while_the_gpu_has_no_sl
     assert adaptive(snap(quiet), late, Limits()).device == "gpu"  # slack: served at once
 
 
+def test_a_late_request_leaves_a_busy_cpu_to_requests_still_on_time() -> None:
+    gpu = engine("gpu0", "gpu", running=20, tpot=0.12, tpot_batch=20, decode_tokens=20 * 200)
+    late = replace(PROMPT, waited=6.0)
+    # Eight decoding at 130 ms per token: with one more, above half the 200 ms target.
+    busy_cpu = engine("cpu0", "cpu", running=8, tpot=0.13, tpot_batch=8, decode_tokens=8 * 200)
+    held = adaptive(snap(gpu, busy_cpu), late, Limits())
+    assert held.device is None and held.reason.startswith("hold: waited 6.0s")
+    # An answer the idle CPU would decode for longer than its budget is not sent either.
+    long = replace(late, max_tokens=5000)
+    assert adaptive(snap(gpu, engine("cpu0", "cpu")), long, Limits()).device is None
+
+
+def test_a_measured_cpu_prefill_speed_replaces_the_default_a_gpus_only_raises_it() -> None:
+    from syshaxd.policy.estimates import CPU_DEFAULTS
+
+    def measured(view: EngineView, speed: float) -> EngineView:
+        return replace(view, metrics=replace(view.metrics, prefill_speed=speed))
+
+    cpu = engine("cpu0", "cpu")
+    assert device_model(measured(cpu, 240.0), CPU_DEFAULTS).prefill_tps == 240.0
+    assert device_model(measured(cpu, 12.0), CPU_DEFAULTS).prefill_tps == 12.0
+    assert device_model(cpu, CPU_DEFAULTS).prefill_tps == CPU_DEFAULTS.prefill_tps
+    gpu = engine("gpu0", "gpu")
+    assert device_model(measured(gpu, 1500.0), GPU_DEFAULTS).prefill_tps == GPU_DEFAULTS.prefill_tps
+    assert device_model(measured(gpu, 9000.0), GPU_DEFAULTS).prefill_tps == 9000.0
+    # A GPU that queues inside: a 1,000-token prompt waits for it at the default CPU speed
+    # (33 s), and goes to a CPU that has measured 240 tokens/s (~4.2 s with its first token).
+    full = engine("gpu0", "gpu", running=10, waiting=2, tpot=0.04, tpot_batch=10)
+    assert adaptive(snap(full, cpu), PROMPT, Limits()).device is None
+    moved = adaptive(snap(full, measured(cpu, 240.0)), PROMPT, Limits())
+    assert (moved.device, moved.mode) == ("cpu", Mode.WHOLE), moved.reason
+
+
 @pytest.mark.parametrize(("order", "expected"), [("fifo", 0), ("deadline", 2)])
 def test_the_deadline_order_offers_capacity_to_the_oldest_request_still_on_time(order: str, expected: int) -> None:
     arrivals = [0.0, 1.0, 7.0, 8.0]  # at t=10 with a 5 s target: the first two are late

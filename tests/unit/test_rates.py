@@ -148,3 +148,15 @@ def test_a_request_ending_between_the_two_reads_is_not_a_restart() -> None:
     # A real restart (the counter itself drops) still restarts the count.
     out = t.update(rec(0, 30, generation_tokens_running=10), now=8.0)
     assert out.decode_tps == pytest.approx(20.0)
+
+
+def test_prefill_speed_is_prompt_tokens_per_second_of_prefill_and_stays_when_idle() -> None:
+    t = RateTracker(window=5.0, latency_window=30.0)
+    t.update(rec(1000, 0, prefill_seconds_total=10.0), now=0.0)
+    out = t.update(rec(3400, 0, prefill_seconds_total=20.0), now=12.0)
+    # 2400 tokens in 10 s of prefilling: capacity, while the prompt rate (demand) is 200/s.
+    assert out.prefill_speed == pytest.approx(240.0)
+    assert out.prefill_tps == pytest.approx(200.0)
+    idle = t.update(rec(3400, 0, prefill_seconds_total=20.0), now=60.0)
+    assert idle.prefill_speed == pytest.approx(240.0)
+    assert RateTracker().update(rec(5, 0), now=1.0).prefill_speed is None
