@@ -2,7 +2,9 @@
 
 A real ``python -m sim`` engine (profile ``tiny``, vLLM V1 dialect, real time) on a free
 loopback port, and the real command in a subprocess. Also: an engine serving traffic is
-refused unless ``--force``.
+refused unless ``--force``. The strict figure (every term within 10%, on a quiet machine)
+is the baseline of ``python bench/accuracy.py``; here the command's output is checked and
+the constants are held to bounds that hold beside the rest of the suite.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import httpx
 import pytest
 import yaml
 
+from bench._accuracy_recovery import VISIBLE, terms
 from sim.calibrate.fit import constants_of
 from sim.launch import EngineHandle
 from sim.profile import load_profile
@@ -38,30 +41,24 @@ def tiny_engine(sim_engine: SimEngineFactory) -> EngineHandle:
     return sim_engine("tiny", dialect="vllm-v1", speed=1.0)
 
 
-VISIBLE = str(Path(__file__).with_name("visible.yaml"))
-
-
-@pytest.mark.parametrize(("profile", "per_seq_and_kv"), [("tiny", False), (VISIBLE, True)], ids=["tiny", "visible"])
+@pytest.mark.parametrize(("profile", "per_seq_and_kv"), [("tiny", False), (str(VISIBLE), True)], ids=["tiny", "visible"])
 def test_calibrating_the_simulator_recovers_its_prefill_and_decode_constants(
         sim_engine: SimEngineFactory, short_tmp: Path, profile: str, per_seq_and_kv: bool) -> None:
-    """``tiny`` as shipped; ``visible`` (tests/calibrate/visible.yaml) also has per-sequence and
-    KV-read costs large enough to measure through HTTP (tiny's are 0.05 ms and 0.5 ms on 10.5)."""
+    """``tiny`` as shipped; ``visible`` (bench/profiles/calibrate-visible.yaml) also has per-sequence
+    and KV-read costs large enough to measure through HTTP (tiny's are 0.05 ms and 0.5 ms on 10.5)."""
     engine = sim_engine(profile, dialect="vllm-v1", speed=1.0)
     out = short_tmp / "calibrated.yaml"
     done = _calibrate(engine.url, out, "--base", profile, "--decode-tokens", "32", "--settle", "3")
     assert done.returncode == 0, done.stderr
     got, want = constants_of(load_profile(str(out))), constants_of(load_profile(profile))
-    pairs = {"prefill s/token": (got.prefill_per_token, want.prefill_per_token),
-             "decode step fixed s": (got.decode_base, want.decode_base)}
-    if per_seq_and_kv:
-        pairs.update({"per sequence s": (got.per_seq_overhead, want.per_seq_overhead),
-                      "per KV token s": (got.kv_per_token, want.kv_per_token)})
+    pairs = terms(got, want, per_seq_and_kv)
     figures = ", ".join(f"{k} {g:.4g} (profile {w:.4g}, {g / w - 1:+.1%})" for k, (g, w) in pairs.items())
     print(f"{Path(profile).stem}: {figures}")
     for name, (g, w) in pairs.items():
         # The per-KV-token term is the smallest of a step (a few % of it): inside the full
         # suite, with the other worker's tests on the same two cores, it came out -11.7% once;
-        # alone it is within 2% (docs/calibrate.md). The three large terms stay within 10%.
+        # alone it is within 2%. The three large terms stay within 10%. The strict 10% on
+        # every term is bench/accuracy.py's baseline.
         assert g == pytest.approx(w, rel=0.2 if name == "per KV token s" else 0.10), figures
     record = yaml.safe_load(out.read_text())["calibration"]
     assert record["engine"]["dialect"] == "vllm-v1"

@@ -1,0 +1,195 @@
+"""How close the simulator comes to the engines it models (issue 24's three accuracy figures).
+
+1. **Recovery (the baseline).** Calibrating a real simulator engine (speed 1, vLLM V1
+   dialect) recovers the constants of the profile it runs: ``tiny`` (prefill and the fixed
+   part of a decode step) and ``bench/profiles/calibrate-visible.yaml`` (also per-sequence
+   and per-KV-token costs), every term within 10%. When it misses, the benchmark refuses
+   to report the rest (exit 2): a calibration that cannot find a known truth again cannot
+   judge a real engine.
+2. **llama-server.** Calibrate the tiny model's llama-server (``-np 4 -c 4096 -t 1``), then
+   run 24 Poisson requests at 8/s (prompts 128-768 tokens, 32-96 out) live and in virtual
+   time with the fitted profile; median over ``--pairs`` pairs of the simulator's error on
+   TTFT p50, TPOT p50 and output tokens/s, each within 20%.
+3. **advise.** A daemon under ``classic`` before two ``tiny`` simulated engines at an eighth
+   of their speed records 120 requests at 3/s; ``syshax advise`` predicts the current
+   setting on that window: TTFT p50 and throughput within 20% of what happened.
+
+Run it on a quiet machine: the live engines share the cores with whatever else runs.
+
+    python bench/accuracy.py            # full run (a few minutes)
+    python bench/accuracy.py --quick    # tiny run, as `make test` does: recovery judged, timings not
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import httpx
+from rich.console import Console
+from rich.progress import Progress, TaskID
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import _accuracy_advise as advise_stage  # noqa: E402
+from bench import _accuracy_llama as llama_stage  # noqa: E402
+from bench import _accuracy_recovery as recovery  # noqa: E402
+from bench._accuracy_report import exit_code, figures, plot, table  # noqa: E402
+from bench._common import results_dir  # noqa: E402
+from bench._traffic import AdviseError  # noqa: E402
+from demo.procs import StartError  # noqa: E402
+from sim.calibrate.calibrate import CalibrateError  # noqa: E402
+from sim.launch import LaunchError  # noqa: E402
+
+console = Console()
+Report = dict[str, Any]
+Tick = Callable[[str, int, int], None]
+
+
+def _ticker(progress: Progress, task: TaskID, prefix: str, offset: int = 0) -> Tick:
+    """A calibration's progress callback that moves ``task`` (``offset`` percent already done)."""
+    def tick(label: str, done: int, total: int) -> None:
+        progress.update(task, description=f"{prefix}: {label}", completed=offset + done)
+    return tick
+
+
+def _shown(profile: str) -> str:
+    path = Path(profile)
+    return str(path.relative_to(ROOT)) if path.is_absolute() and path.is_relative_to(ROOT) else profile
+
+
+def stage_recovery(args: argparse.Namespace, progress: Progress, tmp: Path) -> Report:
+    """Stage 1: calibrate each subject's engine; ``ok`` when every term is within the bound."""
+    subjects = recovery.SUBJECTS[:1] if args.quick else recovery.SUBJECTS
+    settle, rounds = (1.0, 2) if args.quick else (3.0, 3)
+    profiles: dict[str, Any] = {}
+    for subject in subjects:
+        task = progress.add_task(f"recovery {subject.name}", total=100)
+        try:
+            found = recovery.recover(subject, tmp / f"recovered-{subject.name}.yaml", settle=settle, rounds=rounds,
+                                     progress=_ticker(progress, task, f"recovery {subject.name}"))
+            profiles[subject.name] = {"profile": _shown(subject.profile), "terms": recovery.judged(found)}
+        except (CalibrateError, LaunchError) as exc:
+            profiles[subject.name] = {"profile": _shown(subject.profile), "error": str(exc)}
+        progress.update(task, completed=100)
+    ok = all("terms" in p and all(t["ok"] for t in p["terms"].values()) for p in profiles.values())
+    return {"bound": recovery.TOLERANCE, "settle_s": settle, "rounds": rounds,
+            "decode_tokens": recovery.DECODE_TOKENS, "profiles": profiles, "ok": ok}
+
+
+def stage_llama(args: argparse.Namespace, progress: Progress, tmp: Path) -> Report:
+    """Stage 2: ``--pairs`` calibrate-then-run pairs against one llama-server; median errors."""
+    task = progress.add_task("llama-server: starting", total=100 * args.pairs)
+    pairs: list[llama_stage.Pair] = []
+    try:
+        (tmp / "llama").mkdir()
+        with llama_stage.llama_server(tmp / "llama") as url:
+            for k in range(args.pairs):
+                tick = _ticker(progress, task, f"llama-server pair {k + 1}/{args.pairs}", 100 * k)
+                pairs.append(llama_stage.run_pair(url, tmp / f"llama-{k}.yaml", k, tick))
+                progress.update(task, completed=100 * (k + 1))
+    except (StartError, CalibrateError, httpx.HTTPError, OSError) as exc:
+        return {"bound": llama_stage.TOLERANCE, "error": str(exc)}
+    for k, (live, sim) in enumerate(pairs):
+        console.print(llama_stage.pair_line(k, live, sim))
+    return {"bound": llama_stage.TOLERANCE, "settle_s": llama_stage.SETTLE,
+            "pairs": [{"live": asdict(live), "sim": asdict(sim), "errors": llama_stage.errors(live, sim)}
+                      for live, sim in pairs],
+            "errors": llama_stage.median_errors(pairs), "detail": f"median of {len(pairs)} pair(s)"}
+
+
+def stage_advise(args: argparse.Namespace, progress: Progress) -> Report:
+    """Stage 3: a recorded window and advise's error on it for the current setting."""
+    load = advise_stage.QUICK_LOAD if args.quick else advise_stage.LOAD
+    task = progress.add_task(f"advise: {load.requests} requests at {load.rate:g}/s", total=load.requests)
+    bound = advise_stage.TOLERANCE
+    try:
+        rec = advise_stage.record_and_advise(load, lambda: progress.advance(task))
+    except (StartError, AdviseError, OSError, subprocess.TimeoutExpired) as exc:
+        return {"bound": bound, "error": str(exc)}
+    advice = rec.advice
+    found = {k: advice.current_error.get(k) for k in advise_stage.JUDGED}
+    if rec.failed:
+        return {"bound": bound, "error": f"{rec.failed} of {load.requests} requests failed"}
+    if any(v is None for v in found.values()):
+        return {"bound": bound, "error": f"advise reported no error for {', '.join(k for k, v in found.items() if v is None)}"}
+    return {"bound": bound, "requests": load.requests, "recorded": advice.requests, "window_s": advice.window_s,
+            "errors": found, "current_error": advice.current_error, "predicted": advise_stage.current_row(advice),
+            "detail": f"{advice.requests} requests over {advice.window_s:.0f} s"}
+
+
+def run(args: argparse.Namespace) -> Report:
+    """Every stage, the baseline first; the others only when it sees."""
+    report: Report = {"quick": args.quick, "pairs": args.pairs}
+    with tempfile.TemporaryDirectory(prefix="syshax-accuracy-") as tmp, \
+            Progress(console=console, transient=True) as progress:
+        report["baseline"] = stage_recovery(args, progress, Path(tmp))
+        if report["baseline"]["ok"]:
+            report["llama"] = stage_llama(args, progress, Path(tmp))
+            report["advise"] = stage_advise(args, progress)
+    return report
+
+
+def _refusal(report: Report) -> str:
+    """Why the baseline refused, term by term."""
+    reasons = []
+    for name, found in report["baseline"]["profiles"].items():
+        if "error" in found:
+            reasons.append(f"{name}: {found['error']}")
+            continue
+        reasons += [f"{name} {term}: {t['error']:+.1%} (fitted {t['fitted']:.4g}, profile {t['profile']:.4g})"
+                    for term, t in found["terms"].items() if not t["ok"]]
+    return "; ".join(reasons)
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    # SIGTERM unwinds like Ctrl-C, so every context manager stops what it started.
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true",
+                        help="a tiny run (what make test does): tiny's recovery judged, the timings not")
+    parser.add_argument("--pairs", type=int, default=None, help="llama-server calibrate-then-run pairs (5; quick 1)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON output (default bench/results/accuracy.json; accuracy-quick.json with --quick)")
+    args = parser.parse_args()
+    args.pairs = args.pairs or (1 if args.quick else 5)
+    signal.signal(signal.SIGTERM, _interrupt)
+    started = time.monotonic()
+    try:
+        report = run(args)
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: everything started was stopped[/]")
+        return 130
+    report["figures"] = figures(report)
+    report["wall_s"] = round(time.monotonic() - started, 1)
+    console.print(table(report))
+    out = args.out or results_dir() / ("accuracy-quick.json" if args.quick else "accuracy.json")
+    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    picture = plot(report, out.with_suffix(".png"))
+    console.print(f"wrote {out}" + (f" and {picture}" if picture else "") + f" ({report['wall_s']:.0f} s)")
+    code = exit_code(report)
+    if code == 2:
+        console.print("[red]refusing to report the engines' figures: calibrating the simulator did not recover "
+                      f"its own profile within {recovery.TOLERANCE:.0%}[/] ({_refusal(report)})")
+    elif code == 1:
+        console.print("[red]a target was missed[/] (on a busy machine the live engines run behind the model: "
+                      "run it alone before trusting a miss)")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
