@@ -3,9 +3,9 @@ setting against what really happened on the same window, the advice as JSON and 
 
 The box: two ``tiny`` simulated engines at an eighth of their speed (decode steps of ~80 ms,
 prompts of 50-400 tokens in ~40-160 ms per 100 tokens, wall clock) under ``classic``, 120
-streamed requests at 3/s: the GPU's 8 slots overflow and the CPU takes a good share. (At a
-quarter speed and 6/s the live engines, sharing two cores with the rest of the suite, ran
-up to 25% slower than the model now and then; slower engines leave more room.)
+streamed requests at 3/s: the GPU's 8 slots overflow and the CPU takes a good share. The
+same box and workload are stage 3 of ``python bench/accuracy.py``, which measures issue 24's
+20% figure on a quiet machine; here the bounds hold beside the rest of the suite.
 """
 
 from __future__ import annotations
@@ -15,18 +15,17 @@ from collections.abc import Callable
 import httpx
 import pytest
 
+from bench._accuracy_advise import LOAD
 from syshaxd.schema import AdviceModel
-from tests.advise.traffic import Workload, advice_of, drive
+from tests.advise.traffic import advice_of, drive
 from tests.plugins.stack import Stack
 
-LOAD = Workload(requests=120, rate=3.0, prompt=(50, 400), max_tokens=(8, 48))
 #: The Done-when bound of issue 24, for throughput (it follows the arrivals: robust on a busy machine).
 BOUND = 0.20
 #: TTFT p50 is compared with live engines that share two cores with the rest of the suite:
-#: measured alone it is within 20% (-10% on this workload; +-5.5% at a quarter speed and
-#: 6/s), beside the suite's reliability tests it has come out 25-30% low. In the suite the
-#: test holds it to a bound that still catches a wrong model (a missing speed conversion is
-#: off by 4x); the 20% figure is measured with this file run alone (docs/advise.md).
+#: measured alone it is within 20% (-10% on this workload), beside the suite's reliability
+#: tests it has come out 25-30% low. The test holds it to a bound that still catches a wrong
+#: model (a missing speed conversion is off by 4x); the 20% figure is bench/accuracy.py's.
 TTFT_BOUND_IN_SUITE = 0.5
 
 
@@ -39,7 +38,7 @@ def recorded(make_module_stack: Callable[..., Stack]) -> tuple[Stack, AdviceMode
     return stack, advice_of(stack)
 
 
-def test_the_current_settings_prediction_is_within_20_percent_of_what_happened(
+def test_the_current_settings_prediction_is_close_to_what_happened(
         recorded: tuple[Stack, AdviceModel]) -> None:
     _, advice = recorded
     assert advice.requests == LOAD.requests
