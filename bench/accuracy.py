@@ -134,11 +134,19 @@ def run(args: argparse.Namespace) -> Report:
     report: Report = {"quick": args.quick, "pairs": args.pairs}
     with tempfile.TemporaryDirectory(prefix="syshax-accuracy-") as tmp, \
             Progress(console=console, transient=True) as progress:
-        report["baseline"] = stage_recovery(args, progress, Path(tmp))
+        report["baseline"] = _timed(stage_recovery, args, progress, Path(tmp))
         if report["baseline"]["ok"]:
-            report["llama"] = stage_llama(args, progress, Path(tmp))
-            report["advise"] = stage_advise(args, progress)
+            report["llama"] = _timed(stage_llama, args, progress, Path(tmp))
+            report["advise"] = _timed(stage_advise, args, progress)
     return report
+
+
+def _timed(stage: Callable[..., Report], *args: Any) -> Report:
+    """The stage's report with how long it took (``wall_s``)."""
+    started = time.monotonic()
+    block = stage(*args)
+    block["wall_s"] = round(time.monotonic() - started, 1)
+    return block
 
 
 def _refusal(report: Report) -> str:
