@@ -4,7 +4,9 @@ It follows vLLM's v1 scheduler closely enough for capacity questions: each step 
 token budget (``max_num_batched_tokens``) and a sequence cap (``max_num_seqs``); running
 requests are served first (one token each when decoding, a chunk when still
 prefilling), then waiting requests are admitted in arrival order while blocks and
-budget last. When a running request needs a block and none is free, the most recently
+budget last. A request whose prompt blocks are cached (automatic prefix caching, when a
+trace names its blocks: :mod:`sim.prefix_cache`) starts after them. When a running
+request needs a block and none is free, the most recently
 admitted request is preempted (its blocks freed for recomputation, or moved to swap
 space in ``swap`` mode) and counted. Time is virtual: ``step()`` advances ``now`` by the
 roofline step time, and ``advance()`` runs a pure-decode batch up to its next event in one
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections import deque
 
 from sim import decode_run, timing
+from sim.prefix_cache import PrefixCache
 from sim.profile import Profile
 from sim.seq import Counters, Seq, SimRequest, State, StepResult
 
@@ -44,6 +47,7 @@ class EngineCore:
         self.held: dict[str, Seq] = {}
         self.seqs: dict[str, Seq] = {}
         self.counters = Counters()
+        self.prefix_cache = PrefixCache(self.block_size)
 
     # -- state -----------------------------------------------------------------
     @property
@@ -137,6 +141,9 @@ class EngineCore:
         return -(-tokens // self.block_size)
 
     def _free(self, seq: Seq) -> None:
+        if seq.held:
+            shared = seq.shared
+            self.free_blocks += self.prefix_cache.release(seq) - shared
         self.free_blocks += seq.blocks
         seq.blocks = 0
 
@@ -148,6 +155,8 @@ class EngineCore:
             return False
         self.free_blocks -= need
         seq.blocks += need
+        if self.prefix_cache.evictable > self.free_blocks:
+            self.prefix_cache.evict(self.free_blocks)
         return True
 
     def _preempt(self, seq: Seq) -> float:
@@ -169,6 +178,17 @@ class EngineCore:
             seq.state = State.WAITING
             self.waiting.appendleft(seq)
         return cost
+
+    def _start_cached(self, seq: Seq, budget: int) -> bool:
+        """Start a new ``seq`` after its cached prefix blocks; False if its first chunk does not fit."""
+        match = self.prefix_cache.plan(seq, budget, self.free_blocks)
+        if match is None:
+            return False
+        self.prefix_cache.acquire(seq, match)
+        self.free_blocks -= match.from_free
+        self.counters.prefix_cache_query_tokens += seq.num_tokens
+        self.counters.prefix_cache_hit_tokens += match.cached
+        return True
 
     def _ready_loading(self) -> list[Seq]:
         return [s for s in self.loading if s.ready_at <= self.now]
@@ -242,6 +262,8 @@ class EngineCore:
                 seq.state = State.RUNNING
                 self.running.append(seq)
             else:
+                if seq.req.prefix and seq.num_computed == 0 and not self._start_cached(seq, budget):
+                    break
                 n = min(seq.num_tokens - seq.num_computed, budget)
                 if not self._grow(seq, seq.num_computed + n):
                     break
@@ -280,6 +302,8 @@ class EngineCore:
                 prompt_work += n
                 seq.prefill_done += n
             seq.num_computed += n
+            if seq.prefix_done < len(seq.chain):
+                self.prefix_cache.insert(seq)
             if seq.num_computed < seq.num_tokens:
                 continue  # a chunk of prefill: no token yet
             if seq.req.max_new_tokens == 0:
@@ -295,7 +319,7 @@ class EngineCore:
         result.prefill_tokens = prompt_work
         result.decode_tokens = len(result.tokens)
         self.now = end
-        self._account(result, duration)
+        self.counters.add_step(result, duration)
         for seq in result.finished:
             self.running.remove(seq)
             self._finish(seq, seq.req.finish_reason, end)
@@ -314,6 +338,9 @@ class EngineCore:
             # admissions can only happen after a finish frees a seat or blocks
             head = self.waiting[0]
             seats = len(self.running) < self.max_num_seqs
+            if head.req.prefix and not head.req.kv_ready_tokens and head.num_computed == 0:
+                budget = self.profile.max_num_batched_tokens - len(self.running)
+                return not (seats and self.prefix_cache.plan(head, budget, self.free_blocks) is not None)
             need = self._blocks_for(head.num_computed + 1) if head.req.kv_ready_tokens else self._blocks_for(
                 head.num_computed + min(head.num_tokens - head.num_computed, self.profile.max_num_batched_tokens - len(self.running))
             )
@@ -349,26 +376,13 @@ class EngineCore:
                 result.finished.append(seq)
         result.decode_tokens = batch * k
         self.now = end
-        self._account(result, duration)
+        self.counters.add_step(result, duration)
         for seq in result.finished:
             self.running.remove(seq)
             self._finish(seq, seq.req.finish_reason, end)
         return result
 
     # -- bookkeeping -------------------------------------------------------------
-    def _account(self, result: StepResult, duration: float) -> None:
-        c = self.counters
-        c.steps += result.steps
-        c.busy_time += duration
-        c.prompt_tokens += result.prefill_tokens
-        c.generation_tokens += result.decode_tokens
-        total = result.prefill_tokens + result.decode_tokens
-        if total:
-            c.prefill_time += duration * result.prefill_tokens / total
-            c.decode_time += duration * result.decode_tokens / total
-        for seq, _ in result.tokens:
-            c.max_seq_tokens = max(c.max_seq_tokens, seq.num_tokens)
-
     def _finish(self, seq: Seq, reason: str, at: float) -> None:
         seq.finished_at = at
         seq.finish_reason = reason

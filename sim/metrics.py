@@ -202,16 +202,19 @@ class Recorder:
         ex.counter("vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
                    [(lab, c.preemptions)])
         if v1:
+            # every prompt token was either found in the prefix cache or computed
+            hits = c.prefix_cache_hit_tokens
+            queries = c.prompt_tokens + hits
             ex.counter("vllm:gpu_prefix_cache_queries_total",
                        "GPU prefix cache queries, in terms of number of queried tokens. "
-                       "DEPRECATED: Use vllm:prefix_cache_queries instead.", [(lab, c.prompt_tokens)])
+                       "DEPRECATED: Use vllm:prefix_cache_queries instead.", [(lab, queries)])
             ex.counter("vllm:gpu_prefix_cache_hits_total",
                        "GPU prefix cache hits, in terms of number of cached tokens. "
-                       "DEPRECATED: Use vllm:prefix_cache_hits instead.", [(lab, 0)])
+                       "DEPRECATED: Use vllm:prefix_cache_hits instead.", [(lab, hits)])
             ex.counter("vllm:prefix_cache_queries_total",
-                       "Prefix cache queries, in terms of number of queried tokens.", [(lab, c.prompt_tokens)])
+                       "Prefix cache queries, in terms of number of queried tokens.", [(lab, queries)])
             ex.counter("vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
-                       [(lab, 0)])
+                       [(lab, hits)])
         ex.counter("vllm:prompt_tokens_total", "Number of prefill tokens processed.", [(lab, c.prompt_tokens)])
         ex.counter("vllm:generation_tokens_total", "Number of generation tokens processed.",
                    [(lab, c.generation_tokens)])

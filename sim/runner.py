@@ -198,7 +198,10 @@ class VirtualConductor:
     def _submit(self, f: _Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
         f.segment += 1
         rid = f"{f.index}.{f.segment}"
-        e.core.submit(SimRequest(rid, context, new, kv_ready_tokens=kv_ready, kv_delay=kv_delay), at=self.now)
+        # vLLM caches prompt blocks (the GPU engines); llama.cpp's per-slot prompt cache is not modelled
+        prefix = f.req.prefix if e.spec.device == "gpu" else ()
+        e.core.submit(SimRequest(rid, context, new, kv_ready_tokens=kv_ready, kv_delay=kv_delay, prefix=prefix,
+                                 prefix_block=f.req.prefix_block), at=self.now)
         e.stalled = False
         f.rid, f.engine = rid, e.spec.name
         f.devices.add(e.spec.device)

@@ -24,7 +24,10 @@ class SimRequest:
     ``context_tokens`` is everything before the first new token (prompt, plus text already
     generated elsewhere). ``kv_ready_tokens`` of it arrive as handed-off KV after
     ``kv_delay`` seconds instead of being prefilled. The request stops after
-    ``max_new_tokens`` and then reports ``finish_reason``.
+    ``max_new_tokens`` and then reports ``finish_reason``. ``prefix`` names the prompt's
+    leading blocks of ``prefix_block`` tokens by hash id, as a Mooncake trace does: two
+    requests share their KV exactly as far as their leading ids agree
+    (:mod:`sim.prefix_cache`); empty, the request shares nothing.
     """
 
     rid: str
@@ -34,6 +37,8 @@ class SimRequest:
     kv_ready_tokens: int = 0
     kv_delay: float = 0.0
     hold_kv: bool = False  # keep the blocks after finishing until release() (kv-transfer prefill)
+    prefix: tuple[int, ...] = ()
+    prefix_block: int = 512
 
 
 @dataclass(eq=False)
@@ -56,6 +61,14 @@ class Seq:
     preemptions: int = 0
     imported: bool = False
     prefill_done: int = 0  # prompt tokens this engine computed (not imported)
+    # automatic prefix caching (sim.prefix_cache): the prefix's blocks as cache keys and the
+    # engine-block-aligned token each ends at, the cached blocks this sequence references,
+    # how many of its ``blocks`` they are, and its prefix blocks already looked up or cached
+    chain: tuple[int, ...] = ()
+    ends: tuple[int, ...] = ()
+    held: list[int] = field(default_factory=list)
+    shared: int = 0
+    prefix_done: int = 0
 
     def __post_init__(self) -> None:
         self.rid = self.req.rid  # read in every step: a plain attribute is faster than a property
@@ -91,3 +104,18 @@ class Counters:
     max_seq_tokens: int = 0
     handoff_imports: int = 0
     cached_prompt_tokens: int = 0  # context tokens whose KV arrived instead of being prefilled
+    prefix_cache_query_tokens: int = 0  # context tokens of admissions looked up in the prefix cache
+    prefix_cache_hit_tokens: int = 0  # of those, tokens found cached (not prefilled)
+
+    def add_step(self, result: StepResult, duration: float) -> None:
+        """Count one step (or fast-forwarded run of steps) that took ``duration`` seconds."""
+        self.steps += result.steps
+        self.busy_time += duration
+        self.prompt_tokens += result.prefill_tokens
+        self.generation_tokens += result.decode_tokens
+        total = result.prefill_tokens + result.decode_tokens
+        if total:
+            self.prefill_time += duration * result.prefill_tokens / total
+            self.decode_time += duration * result.decode_tokens / total
+        for seq, _ in result.tokens:
+            self.max_seq_tokens = max(self.max_seq_tokens, seq.num_tokens)
