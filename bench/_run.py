@@ -52,7 +52,7 @@ def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
         engines.append(EngineSpec("gpu0", "gpu", load_profile(spec.gpu_profile)))
     if spec.cpu_profile:
         engines.append(EngineSpec("cpu0", "cpu", load_profile(spec.cpu_profile)))
-    trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens) for r in requests]
+    trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens, r.prefix) for r in requests]
     result = run(trace, engines, get_policy(spec.policy), limits(spec.ttft_target, spec.tpot_target, spec.handoff),
                  RunOptions(handoff=spec.handoff, queue_order=queue_order(spec.policy)))
     outcomes = [

@@ -13,8 +13,15 @@ Three workloads, each a list of requests (arrival second, prompt tokens, output 
   block before the answer, so answers run to thousands of tokens (SOURCES.md: none of the
   traces comes from a reasoning model).
 
+A fourth kind is any file in Mooncake's format (``mooncake:PATH``, JSON lines with
+``timestamp`` in ms, lengths and the prompt's 512-token blocks as ``hash_ids``; Qin et al.,
+"Mooncake", FAST 2025, whose traces come from Kimi's service): real arrival times, replayed
+as Azure's (a seeded window, gaps scaled to the offered rate), and each request's prompt
+blocks, which the simulated GPU engine caches as vLLM's automatic prefix caching does.
+
 Every request is made to fit the engines' context (``CONTEXT_LIMIT``): the output is kept
-and the prompt cut, as a client trims its history. The same seed gives the same requests.
+and the prompt cut, as a client trims its history (a Mooncake prompt keeps the hash ids of
+the blocks left). The same seed gives the same requests.
 
 A trace whose timestamps sit on a coarse grid (every one a whole second, say) records
 when a request arrived only to within its grid cell; replayed as is, every cell becomes
@@ -33,7 +40,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from sim.traces import grid_of, spread_within_grid
+from sim.traces import MOONCAKE_BLOCK, TraceError, grid_of, read_mooncake, spread_within_grid
 
 AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
@@ -51,6 +58,8 @@ HELD_OUT: tuple[str, ...] = ("arxiv",)
 #: Share of ``--requests`` a run of each workload replays: reasoning answers are ten times
 #: longer, so half as many requests still make a run of comparable virtual length.
 RUN_SHARE: dict[str, float] = {"azure-reasoning": 0.5}
+#: A workload ``mooncake:PATH`` replays the Mooncake-format file at PATH.
+MOONCAKE = "mooncake:"
 
 
 def run_size(workload: str, requests: int) -> int:
@@ -69,6 +78,7 @@ class Request:
     arrival: float  # seconds since the first request
     prompt_tokens: int
     output_tokens: int
+    prefix: tuple[int, ...] = ()  # the prompt's blocks of 512 tokens by hash id (Mooncake traces)
 
 
 @dataclass(frozen=True)
@@ -80,6 +90,7 @@ class Source:
     lengths: tuple[tuple[int, int], ...]  # (prompt tokens, output tokens)
     citation: str
     grid: float | None = None  # seconds: the timestamps' resolution when it is coarse
+    prefixes: tuple[tuple[int, ...], ...] = ()  # per request, when the trace names prompt blocks
 
     @property
     def recorded_rate(self) -> float | None:
@@ -173,8 +184,41 @@ def reasoning(source: Source, scale: int = REASONING_SCALE) -> Source:
     return Source("azure-reasoning", source.gaps, lengths, f"{source.citation}; outputs x{scale}", source.grid)
 
 
+def load_mooncake(name: str) -> Source:
+    """A Mooncake-format trace (``name`` is ``mooncake:PATH``): arrival gaps, lengths and prompt blocks."""
+    path = Path(name[len(MOONCAKE):])
+    try:
+        rows = read_mooncake(path)
+    except TraceError as exc:
+        raise WorkloadError(str(exc)) from None
+    if len(rows) < 2:
+        raise WorkloadError(f"{path}: needs at least two requests, found {len(rows)}")
+    gaps = tuple(b.arrival - a.arrival for a, b in zip(rows, rows[1:], strict=False))
+    lengths = tuple(_fit(r.prompt_tokens, r.output_tokens) for r in rows)
+    # a cut prompt keeps the ids of its blocks that are left
+    prefixes = tuple(r.prefix[: -(-p // MOONCAKE_BLOCK)] for r, (p, _) in zip(rows, lengths, strict=True))
+    return Source(name, gaps, lengths, f"Mooncake-format trace {path.name} (Qin et al., FAST'25)",
+                  grid=grid_of([r.arrival for r in rows]), prefixes=prefixes)
+
+
+def choose(names: str) -> list[str]:
+    """The workloads of a comma-separated ``--workloads`` (raises ValueError with a message for the user)."""
+    chosen = [n.strip() for n in names.split(",") if n.strip()]
+    known = WORKLOADS + HELD_OUT
+    unknown = [n for n in chosen if n not in known and not n.startswith(MOONCAKE)]
+    if unknown or not chosen:
+        raise ValueError(f"unknown workload {', '.join(unknown) or repr(names)}; choose from "
+                         f"{', '.join(known)} or {MOONCAKE}PATH")
+    missing = [n for n in chosen if n.startswith(MOONCAKE) and not Path(n[len(MOONCAKE):]).is_file()]
+    if missing:
+        raise ValueError(f"no such trace file: {', '.join(n[len(MOONCAKE):] for n in missing)}")
+    return chosen
+
+
 def load(name: str, traces: Path) -> Source:
-    """A workload's source by name (one of ``WORKLOADS``)."""
+    """A workload's source by name (one of ``WORKLOADS`` or ``HELD_OUT``, or ``mooncake:PATH``)."""
+    if name.startswith(MOONCAKE):
+        return load_mooncake(name)
     if not traces.is_dir():
         raise WorkloadError(
             f"trace directory {traces} does not exist: pass --traces DIR (the workspace keeps "
@@ -188,7 +232,7 @@ def load(name: str, traces: Path) -> Source:
         return reasoning(load_azure(traces))
     if name == "arxiv":
         return load_lengths(traces, "arxiv", ARXIV_FILE, "arXiv summarisation length stats (Sarathi-Serve), Apache-2.0")
-    raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS + HELD_OUT)}")
+    raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS + HELD_OUT)} or {MOONCAKE}PATH")
 
 
 def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Request]:
@@ -207,7 +251,7 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
         count = min(count, n)
         start = rng.randrange(0, n - count + 1)
         gaps: Sequence[float] = source.gaps[start : start + count - 1]
-        lengths = source.lengths[start : start + count]
+        picked: Sequence[int] = range(start, start + count)
         if source.grid:
             times = spread_within_grid(gaps, source.grid, rng)
             gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
@@ -217,9 +261,10 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
         for gap in gaps:
             arrivals.append(arrivals[-1] + gap * factor)
     else:
-        lengths = tuple(source.lengths[rng.randrange(n)] for _ in range(count))
+        picked = [rng.randrange(n) for _ in range(count)]
         arrivals = [0.0]
         for _ in range(count - 1):
             arrivals.append(arrivals[-1] + rng.expovariate(1.0))
         arrivals = [a / rate for a in arrivals]
-    return [Request(t, p, o) for t, (p, o) in zip(arrivals, lengths, strict=True)]
+    prefixes = source.prefixes
+    return [Request(t, *source.lengths[i], prefixes[i] if prefixes else ()) for t, i in zip(arrivals, picked, strict=True)]

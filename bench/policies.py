@@ -32,7 +32,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import _report, _sweep
 from bench._common import results_dir
 from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick
-from bench._workloads import HELD_OUT, WORKLOADS, WorkloadError
+from bench._workloads import HELD_OUT, MOONCAKE, WORKLOADS, WorkloadError, choose
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
@@ -54,7 +54,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--handoff", choices=HANDOFFS, default="syshax",
                    help="pd_split handoff protocol (default syshax, sysHAX's shared-KV fork)")
     p.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)} (or the held-out "
-                   f"{','.join(HELD_OUT)})")
+                   f"{','.join(HELD_OUT)}, or {MOONCAKE}PATH: a Mooncake-format trace file)")
     p.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     p.add_argument("--docs", type=Path, help="update this Markdown file and its plots (default: docs/benchmarks.md on a full run)")
@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validated choices of the run (raises ValueError with a message for the user)."""
-    workloads = pick(args.workloads, WORKLOADS + HELD_OUT, "workload") if args.workloads else list(WORKLOADS)
+    workloads = choose(args.workloads) if args.workloads else list(WORKLOADS)
     scenarios = pick(args.scenarios, SCENARIOS, "scenario")
     if args.quick:
         workloads = workloads if args.workloads else ["azure-conv", "sharegpt"]

@@ -5,6 +5,8 @@ Formats (``shared/traces/SOURCES.md``):
   times are the trace's own, relative to its first request.
 - ShareGPT / arXiv length statistics (``num_prefill_tokens,num_decode_tokens,...``):
   lengths only; arrivals are drawn from a Poisson process at ``rate`` requests/s.
+- Mooncake (``*.jsonl``, :func:`read_mooncake`): arrival times and lengths, and each
+  prompt's blocks named by hash id, so that shared prefixes can be cached.
 Everything random takes a seed, so the same seed gives the same workload.
 
 Timestamps on a coarse grid (all whole seconds, say) only say in which cell a request
@@ -16,11 +18,12 @@ such arrivals are spread uniformly (seeded) within their cell (``grid_of``,
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -38,11 +41,19 @@ class TraceError(ValueError):
 
 @dataclass(frozen=True)
 class TraceRequest:
-    """One request of a workload: when it arrives and how long it is."""
+    """One request of a workload: when it arrives, how long it is, and what its prompt shares.
+
+    ``prefix`` names the prompt's leading blocks of ``prefix_block`` tokens by hash id
+    (a Mooncake trace's ``hash_ids``): two requests share a prefix exactly as long as their
+    leading ids agree, and an engine with automatic prefix caching need not prefill what
+    it still holds of it (:mod:`sim.prefix_cache`). Empty: the prompt shares nothing.
+    """
 
     arrival: float  # seconds from the start of the run
     prompt_tokens: int
     output_tokens: int
+    prefix: tuple[int, ...] = ()
+    prefix_block: int = 512
 
 
 def trace_dir() -> Path:
@@ -123,6 +134,88 @@ def _rows(path: Path) -> tuple[list[str], Iterable[list[str]]]:
     return [h.strip() for h in rows[0]], rows[1:]
 
 
+#: Prompt tokens per hash id in Mooncake's traces.
+MOONCAKE_BLOCK = 512
+
+
+def _mooncake_int(where: str, row: dict[str, object], field: str, least: int) -> int:
+    value = row.get(field)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < least:
+        raise TraceError(f"{where}: {field!r} must be a whole number >= {least}, got {value!r}")
+    return value
+
+
+def _mooncake_line(where: str, text: str, block: int) -> tuple[float, TraceRequest]:
+    """One line of a Mooncake trace: its timestamp (ms) and the request (arrival not set)."""
+    try:
+        row = json.loads(text)
+    except ValueError as exc:
+        raise TraceError(f"{where}: not a JSON object ({exc})") from None
+    if not isinstance(row, dict):
+        raise TraceError(f"{where}: expected a JSON object, got {type(row).__name__}")
+    stamp = row.get("timestamp")
+    if not isinstance(stamp, (int, float)) or isinstance(stamp, bool) or not 0 <= stamp < math.inf:
+        raise TraceError(f"{where}: 'timestamp' must be milliseconds >= 0, got {stamp!r}")
+    prompt = _mooncake_int(where, row, "input_length", 0)
+    output = _mooncake_int(where, row, "output_length", 0)
+    ids = row.get("hash_ids", [])
+    if not isinstance(ids, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in ids):
+        raise TraceError(f"{where}: 'hash_ids' must be a list of whole numbers, got {ids!r}")
+    if len(ids) > -(-prompt // block):
+        raise TraceError(f"{where}: {len(ids)} hash_ids for input_length {prompt}: more than its "
+                         f"{-(-prompt // block)} blocks of {block} tokens")
+    return float(stamp), TraceRequest(0.0, max(1, prompt), max(1, output), tuple(ids), block)
+
+
+def read_mooncake(path: Path, *, limit: int | None = None, block: int = MOONCAKE_BLOCK) -> list[TraceRequest]:
+    """The requests of a Mooncake-format trace, arrivals in seconds from the first, as recorded.
+
+    One JSON object per line: ``timestamp`` (milliseconds since the trace began),
+    ``input_length`` and ``output_length`` (tokens) and ``hash_ids``, one id per ``block``
+    (512) prompt tokens, the last block possibly partial: two requests share a prefix
+    exactly as long as their leading ids agree. Found in kvcache-ai/Mooncake
+    (``FAST25-release/README.md`` and the traces in ``FAST25-release/traces``: 6,758
+    input tokens carry 14 ids) and in ai-dynamo/dynamo's trace tools
+    (``benchmarks/data_generator/README.md``: milliseconds, blocks of 512). Other fields
+    are ignored, blank lines skipped, ``hash_ids`` may be missing (nothing shared) or
+    shorter than the prompt (its tail shares nothing). Requests are ordered by timestamp
+    (the file's order among equal ones); lengths below 1 become 1, as in the other traces.
+
+    Raises:
+        TraceError: the file cannot be read, has no request, or a line is malformed
+            (``path:line: what is wrong``).
+    """
+    stamped: list[tuple[float, TraceRequest]] = []
+    try:
+        with path.open(encoding="utf-8") as handle:
+            for number, text in enumerate(handle, start=1):
+                if limit is not None and len(stamped) >= limit:
+                    break
+                if text.strip():
+                    stamped.append(_mooncake_line(f"{path}:{number}", text, block))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"cannot read trace {path}: {exc}") from None
+    if not stamped:
+        raise TraceError(f"{path} has no requests")
+    stamped.sort(key=lambda pair: pair[0])
+    t0 = stamped[0][0]
+    return [replace(r, arrival=(t - t0) / 1000.0) for t, r in stamped]
+
+
+def _replay(times: list[float], out: list[TraceRequest], rate: float | None, seed: int,
+            time_scale: float) -> list[TraceRequest]:
+    """Recorded arrivals (from 0) spread within a coarse grid, rescaled to ``rate``, times ``time_scale``."""
+    grid = grid_of(times)
+    if grid is not None:
+        times = spread_within_grid([b - a for a, b in zip(times, times[1:], strict=False)], grid, random.Random(seed))
+    if rate is not None and len(times) > 1 and times[-1] > 0:
+        factor = (len(times) - 1) / times[-1] / rate
+        times = [t * factor for t in times]
+    return [replace(r, arrival=t * time_scale) for t, r in zip(times, out, strict=True)]
+
+
 def load_trace(
     name_or_path: str,
     *,
@@ -131,7 +224,7 @@ def load_trace(
     seed: int = 0,
     time_scale: float = 1.0,
 ) -> list[TraceRequest]:
-    """Read a trace by name (``azure-conv``, ``sharegpt``, ``arxiv``) or path.
+    """Read a trace by name (``azure-conv``, ``sharegpt``, ``arxiv``) or path (a ``.jsonl`` one is Mooncake's).
 
     Args:
         limit: keep the first ``limit`` requests.
@@ -141,6 +234,9 @@ def load_trace(
         time_scale: multiplies arrival times (0.5 = twice as dense).
     """
     path = Path(name_or_path) if name_or_path not in TRACE_FILES else trace_dir() / TRACE_FILES[name_or_path]
+    if path.suffix == ".jsonl":
+        mooncake = read_mooncake(path, limit=limit)
+        return _replay([r.arrival for r in mooncake], mooncake, rate, seed, time_scale)
     header, rows = _rows(path)
     out: list[TraceRequest] = []
     if header[:3] == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
@@ -156,14 +252,7 @@ def load_trace(
         if not out:
             raise TraceError(f"{path} has no requests")
         t0 = stamps[0]
-        times = [t - t0 for t in stamps]
-        grid = grid_of(times)
-        if grid is not None:
-            times = spread_within_grid([b - a for a, b in zip(times, times[1:], strict=False)], grid, random.Random(seed))
-        if rate is not None and len(times) > 1 and times[-1] > 0:
-            factor = (len(times) - 1) / times[-1] / rate
-            times = [t * factor for t in times]
-        return [TraceRequest(t * time_scale, r.prompt_tokens, r.output_tokens) for t, r in zip(times, out, strict=True)]
+        return _replay([t - t0 for t in stamps], out, rate, seed, time_scale)
     if header[:2] == ["num_prefill_tokens", "num_decode_tokens"]:
         for i, row in enumerate(rows, start=2):
             if limit is not None and len(out) >= limit:
