@@ -114,7 +114,11 @@ def generated(report: dict[str, Any], plots: dict[str, str]) -> str:
         "",
         "### What the CPU adds, per scenario",
         "",
-        "The ceiling is the GPU alone plus the CPU alone (best goodput of each); *1x* is the GPU-only capacity.",
+        "The ceiling is the GPU alone plus the CPU alone (best goodput of each); *1x* is the GPU-only capacity. "
+        "What the box can serve at a rate is the smaller of that rate and the ceiling: at 1x the offered load *is* "
+        "the GPU-only capacity, so where the CPU adds more than 11% no policy can reach 90% of the ceiling there. "
+        "The ceiling is a reference, not a bound: a policy that prefills on the GPU and decodes on the CPU, or "
+        "gives each device the requests it serves best, can pass it.",
         "",
         cpu_gain_table(report),
         "",

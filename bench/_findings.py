@@ -108,10 +108,29 @@ def verdict_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def servable_share(block: dict[str, Any]) -> tuple[float, float] | None:
+    """adaptive's lowest share of what the box can serve from the GPU-only capacity up, and where.
+
+    What the box can serve at an offered rate is the smaller of that rate and the ceiling:
+    at 1x the offered load is the GPU-only capacity itself, so no policy's goodput there can
+    reach a ceiling above it (goodput / ceiling would be at most 1 / (1 + the CPU's gain)).
+    """
+    worst: tuple[float, float] | None = None
+    for r in block["runs"]:
+        if r["policy"] != "adaptive" or r["rate_factor"] < 1.0:
+            continue
+        servable = min(r["offered_rate"], block["ceiling"])
+        share = r["goodput"] / servable if servable > 0 else 0.0
+        if worst is None or share < worst[0]:
+            worst = (share, r["rate_factor"])
+    return worst
+
+
 def cpu_gain_table(report: dict[str, Any]) -> str:
     """Markdown: what the CPU adds per workload and scenario: the ceiling, and adaptive at GPU-only capacity."""
     lines = ["| workload | scenario | GPU alone | CPU alone | ceiling over the GPU alone | adaptive at 1x: goodput, "
-             "share of the ceiling, vs gpu-only | adaptive's best goodput vs the GPU alone |", "|---|---|---|---|---|---|---|"]
+             "share of the ceiling, vs gpu-only | adaptive from 1x up: lowest share of what the box can serve | "
+             "adaptive's best goodput vs the GPU alone |", "|---|---|---|---|---|---|---|---|"]
     for w, wblock in report["workloads"].items():
         for name, block in wblock["scenarios"].items():
             runs = block["runs"]
@@ -120,9 +139,11 @@ def cpu_gain_table(report: dict[str, Any]) -> str:
                 continue
             best = max((r for r in runs if r["policy"] == "adaptive"), key=lambda r: r["goodput"])
             alone = block["gpu_alone_goodput"]
+            served = servable_share(block)
+            served_text = f"{served[0] * 100:.0f}% (at {served[1]:g}x)" if served else "-"
             lines.append(
                 f"| {w} | {name} | {alone:.3g} | {block['cpu_alone_goodput']:.2g} | "
                 f"{_pct(_gain(block['ceiling'], alone))} | {a1['goodput']:.3g}, "
-                f"{a1['ceiling_fraction'] * 100:.0f}%, {_pct(_gain(a1['goodput'], g1['goodput']))} | "
+                f"{a1['ceiling_fraction'] * 100:.0f}%, {_pct(_gain(a1['goodput'], g1['goodput']))} | {served_text} | "
                 f"{best['goodput']:.3g} at {best['rate_factor']:g}x: {_pct(_gain(best['goodput'], alone))} |")
     return "\n".join(lines)
