@@ -2,8 +2,9 @@
 
 Calibrate, then run one workload live and in virtual time with the fitted profile (24
 Poisson requests at 8/s, prompts of 128-768 random token ids, 32-96 output tokens, against
-``-np 4 -c 4096 -t 1``): one pair, each figure held to 50%, which catches a wrong model (a
-missing unit conversion is off by 4x) whatever else shares the cores. The 20% figure of
+``-np 4 -c 4096 -t 1``): the median of three pairs, each figure held to 50%, which catches
+a wrong model (a missing unit conversion is off by 4x) whatever else shares the cores (one
+pair alone came out -43% on TPOT once beside a full ``make test``). The 20% figure of
 issue 24 (the median of five pairs, on a quiet machine) is measured by
 ``python bench/accuracy.py``. Also: calibrate reads the server's slots and context.
 """
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench._accuracy_llama import errors, pair_line, run_pair
+from bench._accuracy_llama import median_errors, pair_line, run_pair
 from sim.calibrate.calibrate import Options, calibrate
 from tests.plugins.llama import LlamaServer
 
@@ -22,13 +23,15 @@ pytestmark = pytest.mark.llama
 
 #: Loose on purpose: wall-clock timings beside the rest of the suite (see the docstring).
 BOUND = 0.5
+PAIRS = 3
 
 
 def test_the_fitted_profile_reproduces_the_engine_on_a_workload_within_50_percent(
         llama_server: LlamaServer, short_tmp: Path) -> None:
-    live, sim = run_pair(llama_server.url, short_tmp / "llama.yaml", seed=0)
-    found = errors(live, sim)
-    report = pair_line(0, live, sim) + "\nerror: " + ", ".join(f"{k} {v:+.1%}" for k, v in found.items())
+    pairs = [run_pair(llama_server.url, short_tmp / f"llama-{k}.yaml", seed=k) for k in range(PAIRS)]
+    found = median_errors(pairs)
+    lines = [pair_line(k, live, sim) for k, (live, sim) in enumerate(pairs)]
+    report = "\n".join(lines) + "\nmedian error: " + ", ".join(f"{k} {v:+.1%}" for k, v in found.items())
     print(report)
     assert all(abs(v) <= BOUND for v in found.values()), report
 
