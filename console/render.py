@@ -256,6 +256,8 @@ def engine_card(
     if width >= DETAIL_WIDTH:
         line4 = Text(f"  {engine.dialect} {engine.url}", style="dim")
         line4.append(f"  scheduled {engine.scheduled}")
+        if engine.prefill_speed is not None:
+            line4.append(f"  prefills {fmt_rate(engine.prefill_speed)} tok/s")
         if engine.cpu_swap_usage is not None:
             line4.append(f"  swap space {engine.cpu_swap_usage * 100:.0f}%")
         lines.append(line4)

@@ -78,15 +78,16 @@ def request_detail(record: RequestRecordModel) -> RenderableType:
 def _inputs_table(record: RequestRecordModel) -> Table:
     table = Table(box=None, show_header=True, header_style="bold", title="the engines as the policy saw them",
                   title_justify="left")
-    for col in ("engine", "state", "running", "waiting", "in flight", "KV", "TPOT now", "TTFT now"):
+    for col in ("engine", "state", "running", "waiting", "in flight", "KV", "TPOT now", "TTFT now", "prefill tok/s"):
         table.add_column(col, justify="left" if col in ("engine", "state") else "right")
     for view in record.inputs:
         kv = "–" if view.kv_cache_usage is None else f"{view.kv_cache_usage * 100:.0f}%"
         state = view.state if view.usable else f"{view.state} (not usable)"
         table.add_row(f"{view.name} ({view.device})", state, str(view.running), str(view.waiting),
-                      str(view.inflight), kv, fmt_seconds(view.tpot_recent), fmt_seconds(view.ttft_recent))
+                      str(view.inflight), kv, fmt_seconds(view.tpot_recent), fmt_seconds(view.ttft_recent),
+                      "–" if view.prefill_speed is None else f"{view.prefill_speed:,.0f}")
     if not record.inputs:
-        table.add_row("(not routed: nothing was decided)", "", "", "", "", "", "", "")
+        table.add_row("(not routed: nothing was decided)", "", "", "", "", "", "", "", "")
     return table
 
 

@@ -36,6 +36,8 @@ class EngineStateModel(_Wire):
     preemptions_total: float | None = None
     prefill_tps: float | None = None
     decode_tps: float | None = None
+    #: Prompt tokens per second of prefill time, measured (capacity; prefill_tps is demand).
+    prefill_speed: float | None = None
     batch_limit: int | None = None  # the decider's limit for this engine's device
     inflight: int = 0  # the conductor's own count
     scheduled: int = 0
@@ -76,6 +78,7 @@ class EngineInputModel(_Wire):
     kv_cache_usage: float | None = None  # 0..1
     tpot_recent: float | None = None  # seconds per output token, recent
     ttft_recent: float | None = None
+    prefill_speed: float | None = None  # prompt tokens/s of prefill time, measured
 
 
 class RequestRecordModel(_Wire):

@@ -49,7 +49,7 @@ class Record:
         inputs = [EngineInputModel(name=v.name, device=v.device, state=v.state.value, usable=v.usable,
                                    running=v.running, waiting=v.waiting, inflight=v.inflight,
                                    kv_cache_usage=v.metrics.kv_cache_usage, tpot_recent=v.metrics.tpot_recent,
-                                   ttft_recent=v.metrics.ttft_recent)
+                                   ttft_recent=v.metrics.ttft_recent, prefill_speed=v.metrics.prefill_speed)
                   for v in (self.seen.engines if self.seen is not None else ())]
         return RequestRecordModel(
             request_id=self.request_id, arrival=self.arrival, kind=self.kind, stream=self.stream,

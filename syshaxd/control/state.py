@@ -53,6 +53,7 @@ def engine_state(view: EngineView, runtime: RuntimeConfig, limits: Limits) -> En
         preemptions_total=m.preemptions_total,
         prefill_tps=m.prefill_tps,
         decode_tps=m.decode_tps,
+        prefill_speed=m.prefill_speed,
         batch_limit=batch_limit(view.device, limits),
         inflight=view.inflight,
         scheduled=view.scheduled,

@@ -82,6 +82,15 @@ def test_device_panel_shows_running_against_the_limit_in_force() -> None:
                                       selected=None, width=40).plain  # fmt: skip
 
 
+def test_a_wide_card_says_how_fast_the_engine_prefills_once_it_has_measured_it() -> None:
+    engine = EngineStateModel(name="cpu0", device="cpu", url="u", dialect="llamacpp", state="up", running=1)
+    measured = engine.model_copy(update={"prefill_speed": 238.4})
+    panel = {e.prefill_speed: device_panel((e,), device="cpu", config={}, history=History(), selected=None,
+                                           width=100).plain for e in (engine, measured)}  # fmt: skip
+    assert "prefills 238 tok/s" in panel[238.4]
+    assert "prefills" not in panel[None]
+
+
 def test_numa_panel_at_80_columns_shows_160_cores_and_the_binding() -> None:
     state = recorded_state()
     width = 48  # the NUMA panel's inside on an 80-column terminal
