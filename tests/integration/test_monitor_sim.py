@@ -149,6 +149,26 @@ async def test_load_shows_running_requests_and_token_rates(sim_engine: Any, make
         assert any((v.metrics.kv_cache_usage or 0) > 0 for v in seen)  # from /slots
 
 
+@pytest.mark.parametrize("dialect", ["vllm-v1", "llamacpp"])
+async def test_the_prefill_speed_is_measured_from_the_engines_prefill_seconds(
+        sim_engine: Any, make_monitor: Any, dialect: str) -> None:
+    """``tiny`` prefills at 0.2 ms a token (5,000 tokens/s): the monitor's ``prefill_speed``
+    is that figure (lone prompts of ~800 tokens, each also paying one step's fixed part),
+    while ``prefill_tps``, the prompt-token rate, is the far smaller demand."""
+    engine = sim_engine("tiny", dialect=dialect, speed=1.0)
+    monitor = await make_monitor([spec(engine, dialect, device="cpu")])
+    assert view(await monitor.poll_once()).metrics.prefill_speed is None
+    async with httpx.AsyncClient(timeout=60) as client:
+        for k in range(3):
+            body = {"model": "ds-32b", "prompt": [100 + k] * 800, "max_tokens": 2}
+            assert (await client.post(f"{engine.url}/v1/completions", json=body)).status_code == 200
+            await monitor.poll_once()
+            await asyncio.sleep(0.3)
+    metrics = view(await monitor.poll_once()).metrics
+    assert metrics.prefill_speed is not None and 3000 < metrics.prefill_speed <= 5100, metrics.prefill_speed
+    assert metrics.prefill_tps is not None and metrics.prefill_tps < metrics.prefill_speed / 2
+
+
 async def test_a_hanging_engine_does_not_slow_the_rounds_for_the_others(sim_engine: Any, make_monitor: Any) -> None:
     stuck = sim_engine("tiny", dialect="vllm-v1", faults={"metrics": "hang"}, name="stuck")
     fine = sim_engine("tiny", dialect="vllm-v1", name="fine")
