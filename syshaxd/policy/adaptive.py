@@ -6,9 +6,12 @@ live rates, the conductor's in-flight accounting and the defaults in
 
 - ``gpu`` — wait for the GPU (its queue, or the prompts scheduled before this one),
   prefill at GPU speed, decode at the GPU's TPOT for the batch it joins.
-- ``cpu`` — only for short prompts (CPU prefill is ~100x slower), only while the CPU's
-  TPOT with one more request stays within the target and the whole decode stays within
-  a budget (a long answer at CPU speed takes minutes).
+- ``cpu`` — only for prompts the CPU prefills in time: short ones while it has not measured
+  its prefill speed (a Kunpeng 920 on a dense 32B is ~100x slower than the GPU), then any
+  its measured speed gets through within the TTFT target (an AMX Xeon on a 3B-active MoE
+  prefills ~240 tokens/s); only while the CPU's TPOT with one more request stays within
+  the target and the whole decode stays within a budget (a long answer at CPU speed takes
+  minutes).
 - ``pd_split`` — GPU prefill, CPU decode; with the ``recompute`` handoff the CPU also
   prefills the prompt again, so only short prompts qualify.
 
