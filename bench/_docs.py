@@ -8,6 +8,7 @@ the markers gets them appended.
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -144,6 +145,14 @@ def generated(report: dict[str, Any], plots: dict[str, str]) -> str:
     return "\n".join(out).rstrip() + "\n"
 
 
+def file_slug(workload: str) -> str:
+    """A workload's name as a file name: ``mooncake:traces/tool.jsonl`` becomes ``mooncake-tool``."""
+    if ":" in workload:
+        kind, _, path = workload.partition(":")
+        workload = f"{kind}-{Path(path).stem}"
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", workload).strip("-") or "workload"
+
+
 def write(report: dict[str, Any], doc: Path, console: Console | None = None) -> list[Path]:
     """Write the plots beside ``doc`` and replace its generated section; returns the plots."""
     doc.parent.mkdir(parents=True, exist_ok=True)
@@ -153,7 +162,7 @@ def write(report: dict[str, Any], doc: Path, console: Console | None = None) -> 
         for kind, fn in (("goodput", _plot_goodput), ("ttft", _plot_ttft)):
             if kind == "ttft" and w != "azure-conv":
                 continue
-            path = doc.parent / f"bench-{kind}-{w}.png"
+            path = doc.parent / f"bench-{kind}-{file_slug(w)}.png"
             fn(report, w, path)
             plots[f"{kind}-{w}"] = path.name
             written.append(path)

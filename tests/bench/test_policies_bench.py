@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bench import _workloads
+from bench._docs import file_slug
 from bench._measure import Outcome, quantile, summarise
 from bench._run import RunSpec, execute
 from bench._workloads import Request, Source, WorkloadError, requests_at
@@ -219,3 +220,8 @@ def test_targets_met_and_missed_are_told_apart() -> None:
 def test_reasoning_runs_replay_half_the_requests() -> None:
     assert _workloads.run_size("azure-reasoning", 1000) == 500
     assert _workloads.run_size("azure-conv", 1000) == 1000
+
+
+def test_a_trace_file_workload_gets_plot_names_without_its_path() -> None:
+    assert file_slug("mooncake:traces/tool agent.jsonl") == "mooncake-tool-agent"
+    assert file_slug("azure-conv") == "azure-conv"
