@@ -10,29 +10,23 @@ what is judged.
 from __future__ import annotations
 
 import asyncio
-import functools
-import os
 import random
 import statistics
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-import httpx
-
-from demo.llama import LlamaBuild, find_build
-from demo.ports import free_port
-from demo.procs import StartError, Supervisor, wait_until
+from demo.llama import find_build, start_server
+from demo.procs import Supervisor
 from sim.calibrate.calibrate import Options, calibrate
 from sim.calibrate.workload import WorkloadSummary, run_live, simulate, summarise
 from sim.traces import TraceRequest, poisson_arrivals
 
 #: Every median error within this.
 TOLERANCE = 0.20
-N_PARALLEL = 4
-N_CTX = 4096
+N_CTX = 4096  # -c: with demo's -np 4, 1,024 tokens a slot, as the tests run it
+MODEL_NAME = "tiny"
 SETTLE = 2.0
-BIND_ATTEMPTS = 3
 Progress = Callable[[str, int, int], None]
 Pair = tuple[WorkloadSummary, WorkloadSummary]  # (live, simulated)
 
@@ -70,19 +64,6 @@ def run_pair(url: str, out: Path, seed: int, progress: Progress | None = None) -
     return live, summarise(simulate(cal.profile, work))
 
 
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1.0).status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def _argv(build: LlamaBuild, port: int, slots: Path) -> list[str]:
-    return [str(build.binary), "-m", str(build.model), "--host", "127.0.0.1", "--port", str(port),
-            "--metrics", "--slots", "-np", str(N_PARALLEL), "-c", str(N_CTX), "-t", "1",
-            "--slot-save-path", str(slots), "--no-webui"]
-
-
 @contextmanager
 def llama_server(root: Path) -> Iterator[str]:
     """One llama-server on a free loopback port, its log and slots under ``root``; yields its URL.
@@ -91,23 +72,11 @@ def llama_server(root: Path) -> Iterator[str]:
         StartError: no build (the message says how to make one), or it did not come up.
     """
     build = find_build()
-    # LLAMA_ARG_* variables would silently change the flags under the benchmark.
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    (root / "slots").mkdir(exist_ok=True)
+    for sub in ("slots", "logs"):
+        (root / sub).mkdir(exist_ok=True)
     sup = Supervisor()
     try:
-        for attempt in range(BIND_ATTEMPTS):
-            port = free_port()
-            child = sup.start("llama-server", _argv(build, port, root / "slots"),
-                              log_path=root / f"llama-{port}.log", env=env)
-            url = f"http://127.0.0.1:{port}"
-            try:
-                wait_until(functools.partial(_healthy, url), 60, "llama-server answered /health", child)
-                break
-            except StartError:
-                sup.stop(child)  # most likely another process took the port: try a new one
-                if attempt == BIND_ATTEMPTS - 1:
-                    raise
+        _, url = start_server(sup, build, "accuracy", root, MODEL_NAME, n_ctx=N_CTX)
         yield url
     finally:
         sup.stop_all()

@@ -65,9 +65,14 @@ def find_build(binary: str | None = None, model: str | None = None) -> LlamaBuil
 
 
 def start_server(
-    sup: Supervisor, build: LlamaBuild, role: str, root: Path, model_name: str, stop: StopFlag | None = None
+    sup: Supervisor, build: LlamaBuild, role: str, root: Path, model_name: str, stop: StopFlag | None = None,
+    *, n_ctx: int = N_CTX,
 ) -> tuple[Child, str]:
-    """Start one llama-server on a free port (retrying a lost port race); returns it and its URL."""
+    """Start one llama-server on a free port (retrying a lost port race); returns it and its URL.
+
+    Its slots are saved under ``root/slots`` and it logs to ``root/logs/llama-<role>.log``;
+    ``n_ctx`` is the context of all ``N_PARALLEL`` slots together.
+    """
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     last: StartError | None = None
     for _ in range(BIND_ATTEMPTS):
@@ -75,7 +80,7 @@ def start_server(
         argv = [
             str(build.binary), "-m", str(build.model), "--alias", model_name,
             "--host", "127.0.0.1", "--port", str(port), "--metrics", "--slots",
-            "-np", str(N_PARALLEL), "-c", str(N_CTX), "-t", "1",
+            "-np", str(N_PARALLEL), "-c", str(n_ctx), "-t", "1",
             "--slot-save-path", str(root / "slots"), "--no-webui",
         ]
         child = sup.start(f"llama-server ({role})", argv, log_path=root / "logs" / f"llama-{role}.log", env=env)
