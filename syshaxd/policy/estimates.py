@@ -114,8 +114,7 @@ def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DE
     assuming it was would make a busy CPU look faster than it is.
     """
     m = view.metrics
-    prefill = _prefill_speed(m.prefill_speed, m.prefill_tps, defaults, tuning)
-    measured = m.prefill_speed is not None and m.prefill_speed > 0
+    prefill, measured = _prefill_speed(m.prefill_speed, m.prefill_tps, defaults, tuning)
     observed: float | None = None
     batch = float(min(max(1, m.running or 0), defaults.knee))
     if m.tpot_recent is not None and m.tpot_recent > 0:
@@ -132,8 +131,10 @@ def device_model(view: EngineView, defaults: DeviceDefaults, tuning: Tuning = DE
     return DeviceModel(prefill, min(high, max(low, tpot1)), defaults, live=True, prefill_measured=measured)
 
 
-def _prefill_speed(measured: float | None, demand: float | None, defaults: DeviceDefaults, tuning: Tuning) -> float:
-    """Prompt tokens/s of one prefill: the engine's measured speed or the default.
+def _prefill_speed(
+    measured: float | None, demand: float | None, defaults: DeviceDefaults, tuning: Tuning
+) -> tuple[float, bool]:
+    """Prompt tokens/s of one prefill (the engine's measured speed or the default), and whether measured.
 
     The prompt tokens per second of prefill time (``prefill_speed``) is a measurement of
     capacity, and a lower bound (vLLM's histogram counts a step shared by several prompts
@@ -143,12 +144,12 @@ def _prefill_speed(measured: float | None, demand: float | None, defaults: Devic
     and the lower bound can only show the GPU faster. An observed prompt rate
     (``prefill_tps``) is demand, not capacity: it can only show the device is faster.
     """
-    speed = defaults.prefill_tps
-    if measured is not None and measured > 0:
-        low, high = defaults.prefill_tps / tuning.max_deviation, defaults.prefill_tps * tuning.max_deviation
-        measured = min(high, max(low, measured))
-        speed = measured if defaults.measured_prefill_replaces else max(speed, measured)
-    return max(speed, demand or 0.0)
+    if measured is None or measured <= 0:
+        return max(defaults.prefill_tps, demand or 0.0), False
+    low, high = defaults.prefill_tps / tuning.max_deviation, defaults.prefill_tps * tuning.max_deviation
+    measured = min(high, max(low, measured))
+    speed = measured if defaults.measured_prefill_replaces else max(defaults.prefill_tps, measured)
+    return max(speed, demand or 0.0), True
 
 
 def remaining_tokens(view: EngineView, tuning: Tuning = DEFAULT_TUNING) -> float:
