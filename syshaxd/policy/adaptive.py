@@ -40,9 +40,9 @@ from syshaxd.policy.estimates import (
     queued_prompt_tokens,
     slot_wait,
 )
-from syshaxd.policy.holding import gpu_hold, gpu_slack
+from syshaxd.policy.holding import gpu_hold, gpu_slack, kv_need
 from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
-from syshaxd.snapshot import Device, Snapshot
+from syshaxd.snapshot import Device, EngineView, Snapshot
 
 
 @dataclass(frozen=True)
@@ -70,6 +70,24 @@ class Option:
 
 
 @dataclass(frozen=True)
+class GpuSide:
+    """The GPU's option for a request and why it must not, or should not, take it now."""
+
+    option: Option
+    part: float  # seconds until the GPU has prefilled the prompt (wait + prefill)
+    #: Why the GPU is past the operator's ``gpu_max_batch_size``, if it is.
+    at_limit: str | None = None
+    #: Why the GPU's KV cache is under pressure (``Tuning.kv_pressure``), if it is.
+    pressure: str | None = None
+    #: Why the GPU must not take the request now (:mod:`syshaxd.policy.holding`), if so.
+    hold: str | None = None
+    #: Why the GPU must not take even a pd_split's prefill now, if so.
+    split_hold: str | None = None
+    #: Why the GPU has no slack for a request already past its TTFT target, if so.
+    late_hold: str | None = None
+
+
+@dataclass(frozen=True)
 class Options:
     """Every option for a request: estimates where possible, else why not."""
 
@@ -79,14 +97,29 @@ class Options:
     cpu_engine: str | None
     #: CPU whole without the length and budget rules (used only when no GPU is usable).
     cpu_anyway: Option | None = None
-    #: Why the GPU is past the operator's ``gpu_max_batch_size``, if it is.
-    gpu_at_limit: str | None = None
-    #: Why the GPU must not take the request now (:mod:`syshaxd.policy.holding`), if so.
-    gpu_hold: str | None = None
-    #: Why the GPU must not take even a pd_split's prefill now, if so.
-    split_hold: str | None = None
-    #: Why the GPU has no slack for a request already past its TTFT target, if so.
-    late_hold: str | None = None
+    gpu: GpuSide | None = None
+    #: Whether the CPU's TPOT comes from its own measurements (not the defaults).
+    cpu_measured: bool = False
+
+    @property
+    def gpu_at_limit(self) -> str | None:
+        """Why the GPU is past the operator's ``gpu_max_batch_size``, if it is."""
+        return self.gpu.at_limit if self.gpu else None
+
+    @property
+    def gpu_hold(self) -> str | None:
+        """Why the GPU must not take the request now, if so."""
+        return self.gpu.hold if self.gpu else None
+
+    @property
+    def split_hold(self) -> str | None:
+        """Why the GPU must not take even a pd_split's prefill now, if so."""
+        return self.gpu.split_hold if self.gpu else None
+
+    @property
+    def late_hold(self) -> str | None:
+        """Why the GPU has no slack for a request already past its TTFT target, if so."""
+        return self.gpu.late_hold if self.gpu else None
 
 
 def secs(value: float) -> str:
@@ -94,6 +127,34 @@ def secs(value: float) -> str:
     if value < 1:
         return f"{value:.2f}s"
     return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
+
+
+def gpu_side(gpu: EngineView, prompt: int, out: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING) -> GpuSide:
+    """The GPU option: its queue (or the prompts ahead), prefill, TPOT in the batch it joins."""
+    gm = device_model(gpu, GPU_DEFAULTS, tuning)
+    load = busy(gpu)
+    kv = gpu.metrics.kv_cache_usage
+    engine_full = gpu.waiting > 0 or (kv is not None and kv * 100.0 >= limits.gpu_cache_threshold)
+    ahead = max(gpu.waiting, gpu.scheduled)
+    wait = gm.prefill(queued_prompt_tokens(gpu, ahead, tuning))
+    note = f"{load} running+scheduled"
+    if engine_full:
+        wait = max(wait, slot_wait(gpu, gm, ahead, tuning))
+        note = f"queue {ahead}"
+    g_tpot = gm.tpot(gpu.running if engine_full else load + 1)
+    part = wait + gm.prefill(prompt)
+    cap = limits.gpu_max_batch_size
+    at_limit = f"gpu at batch limit {cap}" if cap is not None and load >= cap else None
+    need = kv_need(gpu, prompt)
+    pressure = None
+    if need is not None and need[0] > need[1] * tuning.kv_pressure:
+        pressure = f"gpu KV cache would hold {need[0]:.0f} of {need[1]} tokens"
+    hold = gpu_hold(gpu, gm, prompt, limits, tuning)
+    return GpuSide(
+        Option("gpu", part + g_tpot, g_tpot, part + out * g_tpot, note), part, at_limit, pressure, hold,
+        split_hold=hold and gpu_hold(gpu, gm, prompt, limits, tuning, decode=False),
+        late_hold=hold or gpu_slack(gpu, gm, prompt, out, limits, tuning),
+    )
 
 
 def estimate_options(
@@ -106,40 +167,18 @@ def estimate_options(
     why: dict[str, str] = {}
 
     gpu = pick_engine(snapshot, "gpu")
-    gpu_part = g_tpot = 0.0
-    at_limit: str | None = None
-    hold: str | None = None
-    split_hold: str | None = None
-    late_hold: str | None = None
-    if gpu is None:
+    side = None if gpu is None else gpu_side(gpu, prompt, out, limits, tuning)
+    if side is None:
         why["gpu"] = why["pd_split"] = "no usable GPU engine"
     else:
-        gm = device_model(gpu, GPU_DEFAULTS, tuning)
-        load = busy(gpu)
-        kv = gpu.metrics.kv_cache_usage
-        engine_full = gpu.waiting > 0 or (kv is not None and kv * 100.0 >= limits.gpu_cache_threshold)
-        ahead = max(gpu.waiting, gpu.scheduled)
-        wait = gm.prefill(queued_prompt_tokens(gpu, ahead, tuning))
-        note = f"{load} running+scheduled"
-        if engine_full:
-            wait = max(wait, slot_wait(gpu, gm, ahead, tuning))
-            note = f"queue {ahead}"
-        g_tpot = gm.tpot(gpu.running if engine_full else load + 1)
-        gpu_part = wait + gm.prefill(prompt)
-        cap = limits.gpu_max_batch_size
-        if cap is not None and load >= cap:
-            at_limit = f"gpu at batch limit {cap}"
-        ttft = gpu_part + g_tpot
-        est["gpu"] = Option("gpu", ttft, g_tpot, ttft + (out - 1) * g_tpot, note)
-        hold = gpu_hold(gpu, gm, prompt, limits, tuning)
-        split_hold = hold and gpu_hold(gpu, gm, prompt, limits, tuning, decode=False)
-        late_hold = hold or gpu_slack(gpu, gm, prompt, out, limits, tuning)
+        est["gpu"] = side.option
+    gpu_name = gpu.name if gpu else None
 
     cpu = pick_engine(snapshot, "cpu")
     if cpu is None:
         why["cpu"] = "no usable CPU engine"
         why.setdefault("pd_split", "no usable CPU engine")
-        return Options(est, why, gpu.name if gpu else None, None, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
+        return Options(est, why, gpu_name, None, gpu=side)
 
     cm = device_model(cpu, CPU_DEFAULTS, tuning)
     c_load = busy(cpu)
@@ -150,7 +189,7 @@ def estimate_options(
         why["cpu"] = f"cpu has {cpu.waiting} waiting"
     if "cpu" in why:
         why.setdefault("pd_split", why["cpu"])
-        return Options(est, why, gpu.name if gpu else None, cpu.name, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
+        return Options(est, why, gpu_name, cpu.name, gpu=side, cpu_measured=cm.live)
 
     whole_ttft = cm.prefill(cpu.scheduled_prompt_tokens) + cm.prefill(prompt) + c_tpot
     anyway = Option("cpu", whole_ttft, c_tpot, whole_ttft + (out - 1) * c_tpot)
@@ -165,9 +204,9 @@ def estimate_options(
             why["cpu"] = f"prompt of {prompt} tokens is too long to prefill on the cpu"
         else:
             est["cpu"] = anyway
-        if gpu is not None:
-            _split(est, why, prompt, out, gpu_part, g_tpot, c_tpot, cm, limits, tuning)
-    return Options(est, why, gpu.name if gpu else None, cpu.name, cpu_anyway=anyway, gpu_at_limit=at_limit, gpu_hold=hold, split_hold=split_hold, late_hold=late_hold)
+        if side is not None:
+            _split(est, why, prompt, out, side.part, side.option.tpot, c_tpot, cm, limits, tuning)
+    return Options(est, why, gpu_name, cpu.name, cpu_anyway=anyway, gpu=side, cpu_measured=cm.live)
 
 
 def cpu_prefill_limit(cpu: DeviceModel, limits: Limits, tuning: Tuning = DEFAULT_TUNING) -> float:
@@ -237,14 +276,16 @@ def decide(
     if gpu is not None:
         # The GPU is the better device for anything it serves within the targets; a request
         # leaves it only when it would miss them there and the alternative clearly does not,
-        # or when the GPU is past the operator's batch limit and an alternative meets them.
-        limit = opts.gpu_at_limit
+        # when the GPU is past the operator's batch limit and an alternative meets them, or
+        # when the GPU's KV cache is under pressure and the alternative meets them clearly.
+        limit = opts.gpu_at_limit or _pressure(opts, best, limits, tuning)
         if best is not None and (
             limit is not None
             or (not gpu.meets(limits) and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin))
         ):
             why_not_gpu = limit or f"gpu would be {gpu.summary()}"
             return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why_not_gpu}")
+        limit = opts.gpu_at_limit
         prefix = f"{limit}, nothing better; " if limit else ""
         return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {prefix}{_alternative(opts, limits)}")
     if best is not None:
@@ -253,6 +294,23 @@ def decide(
         # No usable GPU at all: the CPU serves what it can rather than let requests time out.
         return _decision(opts.cpu_anyway, opts.cpu_engine, f"cpu: no usable GPU engine; est {opts.cpu_anyway.summary()}")
     return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")
+
+
+def _pressure(opts: Options, best: Option | None, limits: Limits, tuning: Tuning) -> str | None:
+    """Why the GPU's room should be kept for what only it serves, when ``best`` may take this request.
+
+    Past ``kv_pressure`` of the GPU's KV cache the next requests will be held back (or
+    preempted) there and wait into lateness, while the CPU may have room to serve some of
+    them in time. A request moves only to a CPU whose TPOT has been measured (the defaults
+    are one CPU's guess) and only where its estimate meets both targets by ``margin``: the
+    GPU would have served it, so the move must not be a gamble.
+    """
+    side = opts.gpu
+    if side is None or side.pressure is None or best is None or not opts.cpu_measured:
+        return None
+    if best.cost(limits) > 1.0 - tuning.margin:
+        return None
+    return f"{side.pressure}, kept for what only the gpu serves"
 
 
 def _late(opts: Options, limits: Limits, waited: float, tuning: Tuning) -> Decision:

@@ -81,6 +81,10 @@ class Tuning:
     tpot_guard: float = 0.8
     #: Hold a request back while the projected KV need is above this share of the cache.
     kv_guard: float = 0.95
+    #: Past this share of the GPU's KV cache (with the prompts on their way and this one), a
+    #: request that meets its targets on the CPU by ``margin`` goes there: the GPU's room is
+    #: kept for what only it serves (``syshaxd.policy.adaptive``).
+    kv_pressure: float = 0.7
 
 
 DEFAULT_TUNING = Tuning()
