@@ -18,7 +18,10 @@ live rates, the conductor's in-flight accounting and the defaults in
 Each option's SLO cost is ``max(ttft / ttft_target, tpot / tpot_target)`` (<= 1 meets
 both targets). The GPU is the default: a request leaves it only when the GPU would miss a
 target and another option meets both *and* costs less by a margin — a stateless
-hysteresis, so decisions do not flap when the estimates are close. ``gpu_max_batch_size``,
+hysteresis, so decisions do not flap when the estimates are close. Under KV pressure (the
+GPU's cache past ``Tuning.kv_pressure`` with this prompt) a request also leaves when a CPU
+whose speed is measured meets both targets by that margin: the requests after it would be
+held back, and the GPU's room is kept for what only the GPU serves. ``gpu_max_batch_size``,
 when set, is where the operator wants work to move: past it any option that meets the
 targets is preferred, but the GPU still takes what nothing else can serve well (adaptive
 never holds a request back from a usable GPU). Without a usable GPU the CPU serves what it
