@@ -90,14 +90,17 @@ def gpu_slack(
     """Why the GPU has no slack for a request that is already late, or None when it has.
 
     Slack: the whole answer fits the KV cache beside every in-flight request's whole
-    answer, and the batch's projected TPOT stays under half the target. A late request
-    then costs the requests still on time nothing they would notice.
+    answer below ``kv_pressure`` (past that line the GPU's room is kept for requests still
+    on time: replayed on reasoning answers, late work admitted up to ``kv_guard`` held
+    back the on-time arrivals after it), and the batch's projected TPOT stays under half
+    the target. A late request then costs the requests still on time nothing they would
+    notice.
     """
     capacity = gpu.metrics.kv_capacity_tokens
     if capacity:
         used = (gpu.metrics.kv_cache_usage or 0.0) * capacity
         tokens = used + gpu.scheduled_prompt_tokens + gpu.inflight_decode_tokens / 2 + prompt + out
-        if tokens > capacity * tuning.kv_guard:
+        if tokens > capacity * min(tuning.kv_pressure, tuning.kv_guard):
             return f"a whole answer would need {tokens:.0f} of {capacity} KV tokens"
     tpot = projected_tpot(gpu, model, prompt, tuning)
     if tpot > limits.tpot_target / 2:

@@ -53,3 +53,21 @@ def test_pressure_moves_only_what_meets_the_targets_by_the_margin() -> None:
     d = adaptive(snap(_gpu(0.75), _cpu(tpot=0.17)), SHORT, Limits())
     assert d.device == "gpu", d.reason
     assert adaptive(snap(_gpu(0.75), _cpu(tpot=0.17)), SHORT, Limits(tpot_target=0.3)).device == "cpu"
+
+
+def test_a_late_request_takes_the_gpu_only_below_the_pressure_line() -> None:
+    # Two decoding, fast: the batch has TPOT slack. What decides is the KV cache: the late
+    # request's whole answer (1,000 + 200 tokens) beside the in-flight ones must stay under
+    # 70% of the cache, not just under the 95% guard an on-time request is held to.
+    late = RequestFeatures(prompt_tokens=1000, max_tokens=200, waited=6.0)
+
+    def gpu(kv: float) -> EngineView:
+        view = engine("gpu0", "gpu", running=2, kv=kv, tpot=0.03, tpot_batch=2, decode_tokens=400)
+        return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=CAPACITY))
+
+    assert adaptive(snap(gpu(0.5)), late, Limits()).device == "gpu"  # 11,400 of 20,000
+    held = adaptive(snap(gpu(0.7)), late, Limits())  # 15,400: under 95%, over 70%
+    assert held.device is None
+    assert held.reason.startswith("hold: waited 6.0s, past the TTFT target") and "15400 of 20000 KV tokens" in held.reason
+    # An on-time request with the same cache is admitted: the line is for late work only.
+    assert adaptive(snap(gpu(0.7)), replace(late, waited=0.0), Limits()).device == "gpu"
