@@ -104,26 +104,6 @@ class Options:
     #: Whether the CPU's TPOT comes from its own measurements (not the defaults).
     cpu_measured: bool = False
 
-    @property
-    def gpu_at_limit(self) -> str | None:
-        """Why the GPU is past the operator's ``gpu_max_batch_size``, if it is."""
-        return self.gpu.at_limit if self.gpu else None
-
-    @property
-    def gpu_hold(self) -> str | None:
-        """Why the GPU must not take the request now, if so."""
-        return self.gpu.hold if self.gpu else None
-
-    @property
-    def split_hold(self) -> str | None:
-        """Why the GPU must not take even a pd_split's prefill now, if so."""
-        return self.gpu.split_hold if self.gpu else None
-
-    @property
-    def late_hold(self) -> str | None:
-        """Why the GPU has no slack for a request already past its TTFT target, if so."""
-        return self.gpu.late_hold if self.gpu else None
-
 
 def secs(value: float) -> str:
     """Seconds as reasons print them: 0.42s, 3.5s, 95s."""
@@ -269,26 +249,27 @@ def decide(
             return Decision(None, Mode.PD_SPLIT, None, f"no capacity: pd_split requested; {why['pd_split']}")
         return _decision(split, opts.cpu_engine, f"pd_split requested: est {split.summary()}")
 
-    gpu = est.get("gpu")
-    if gpu is not None and request.waited >= limits.ttft_target:
-        return _late(opts, limits, request.waited, tuning)
-    if gpu is not None and opts.gpu_hold is not None:
-        return _held(opts, limits, opts.gpu_hold)
+    side = opts.gpu
+    if side is not None and request.waited >= limits.ttft_target:
+        return _late(opts, side, limits, request.waited, tuning)
+    if side is not None and side.hold is not None:
+        return _held(opts, side, limits, side.hold)
     feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
     best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
-    if gpu is not None:
+    if side is not None:
+        gpu = side.option
         # The GPU is the better device for anything it serves within the targets; a request
         # leaves it only when it would miss them there and the alternative clearly does not,
         # when the GPU is past the operator's batch limit and an alternative meets them, or
         # when the GPU's KV cache is under pressure and the alternative meets them clearly.
-        limit = opts.gpu_at_limit or _pressure(opts, best, limits, tuning)
+        limit = side.at_limit or _pressure(opts, side, best, limits, tuning)
         if best is not None and (
             limit is not None
             or (not gpu.meets(limits) and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin))
         ):
             why_not_gpu = limit or f"gpu would be {gpu.summary()}"
             return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why_not_gpu}")
-        limit = opts.gpu_at_limit
+        limit = side.at_limit
         prefix = f"{limit}, nothing better; " if limit else ""
         return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {prefix}{_alternative(opts, limits)}")
     if best is not None:
@@ -299,7 +280,7 @@ def decide(
     return Decision(None, Mode.WHOLE, None, f"no capacity: {why['gpu']}; {_alternative(opts, limits)}")
 
 
-def _pressure(opts: Options, best: Option | None, limits: Limits, tuning: Tuning) -> str | None:
+def _pressure(opts: Options, side: GpuSide, best: Option | None, limits: Limits, tuning: Tuning) -> str | None:
     """Why the GPU's room should be kept for what only it serves, when ``best`` may take this request.
 
     Past ``kv_pressure`` of the GPU's KV cache the next requests will be held back (or
@@ -308,37 +289,36 @@ def _pressure(opts: Options, best: Option | None, limits: Limits, tuning: Tuning
     are one CPU's guess) and only where its estimate meets both targets by ``margin``: the
     GPU would have served it, so the move must not be a gamble.
     """
-    side = opts.gpu
-    if side is None or side.pressure is None or best is None or not opts.cpu_measured:
+    if side.pressure is None or best is None or not opts.cpu_measured:
         return None
     if best.cost(limits) > 1.0 - tuning.margin:
         return None
     return f"{side.pressure}, kept for what only the gpu serves"
 
 
-def _late(opts: Options, limits: Limits, waited: float, tuning: Tuning) -> Decision:
+def _late(opts: Options, side: GpuSide, limits: Limits, waited: float, tuning: Tuning) -> Decision:
     """A request already past its TTFT target: it cannot count towards goodput anywhere.
 
     The devices are kept for requests still on time: a late one runs on the CPU while the
     CPU has slack (with it, the CPU decodes within half the TPOT target, and the answer
     within ``cpu_decode_budget_s``), or on the GPU only while the GPU has slack
-    (``Options.late_hold`` is None), and otherwise waits.
+    (``GpuSide.late_hold`` is None), and otherwise waits.
     """
     cpu = opts.cpu_anyway
     if cpu is not None and cpu.tpot <= limits.tpot_target / 2 and cpu.e2e - cpu.ttft <= tuning.cpu_decode_budget_s:
         return _decision(cpu, opts.cpu_engine, f"cpu: waited {secs(waited)}, past the TTFT target; "
                          f"the gpu is kept for requests still on time; est {cpu.summary()}")
-    gpu = opts.estimates["gpu"]
-    if opts.late_hold is None:
+    gpu = side.option
+    if side.late_hold is None:
         return _decision(gpu, opts.gpu_engine, f"gpu: waited {secs(waited)}, past the TTFT target; the gpu has slack; "
                          f"est {gpu.summary()}")
     return Decision(None, Mode.WHOLE, None, f"hold: waited {secs(waited)}, past the TTFT target; "
-                    f"the gpu is kept for requests still on time ({opts.late_hold})")
+                    f"the gpu is kept for requests still on time ({side.late_hold})")
 
 
-def _held(opts: Options, limits: Limits, hold: str) -> Decision:
+def _held(opts: Options, side: GpuSide, limits: Limits, hold: str) -> Decision:
     """The GPU must not take the request now: another device where it meets the targets, else wait."""
-    split = opts.estimates.get("pd_split") if opts.split_hold is None else None
+    split = opts.estimates.get("pd_split") if side.split_hold is None else None
     feasible = [o for o in (opts.estimates.get("cpu"), split) if o is not None and o.meets(limits)]
     best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
     if best is not None:
