@@ -262,15 +262,14 @@ def decide(
         # leaves it only when it would miss them there and the alternative clearly does not,
         # when the GPU is past the operator's batch limit and an alternative meets them, or
         # when the GPU's KV cache is under pressure and the alternative meets them clearly.
-        limit = side.at_limit or _pressure(opts, side, best, limits, tuning)
+        leave = side.at_limit or _pressure(opts, side, best, limits, tuning)
         if best is not None and (
-            limit is not None
+            leave is not None
             or (not gpu.meets(limits) and best.cost(limits) < gpu.cost(limits) * (1.0 - tuning.margin))
         ):
-            why_not_gpu = limit or f"gpu would be {gpu.summary()}"
+            why_not_gpu = leave or f"gpu would be {gpu.summary()}"
             return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why_not_gpu}")
-        limit = side.at_limit
-        prefix = f"{limit}, nothing better; " if limit else ""
+        prefix = f"{side.at_limit}, nothing better; " if side.at_limit else ""
         return _decision(gpu, opts.gpu_engine, f"gpu: est {gpu.summary()}; {prefix}{_alternative(opts, limits)}")
     if best is not None:
         return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; {why['gpu']}")

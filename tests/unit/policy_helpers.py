@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from syshaxd.snapshot import Device, EngineMetrics, EngineState, EngineView, Snapshot
 
 
@@ -41,6 +43,11 @@ def engine(
         inflight_decode_tokens=decode_tokens,
         scheduled_prompt_tokens=prompt_tokens,
     )
+
+
+def with_capacity(view: EngineView, tokens: int) -> EngineView:
+    """The view with the engine's KV capacity in tokens known (vLLM reports it, llama.cpp does not)."""
+    return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=tokens))
 
 
 def snap(*engines: EngineView) -> Snapshot:

@@ -12,13 +12,9 @@ from syshaxd.policy.holding import gpu_hold, projected_tpot
 from syshaxd.policy.queueing import evict_index, next_index, queue_order
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView
-from tests.unit.policy_helpers import engine, snap
+from tests.unit.policy_helpers import engine, snap, with_capacity
 
 PROMPT = RequestFeatures(prompt_tokens=1000, max_tokens=200)
-
-
-def _with_capacity(view: EngineView, tokens: int) -> EngineView:
-    return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=tokens))
 
 
 def test_a_request_that_would_break_the_running_batchs_tpot_target_waits() -> None:
@@ -55,7 +51,7 @@ def test_an_engine_that_queues_inside_takes_no_more() -> None:
 
 
 def test_kv_headroom_holds_and_the_cpu_takes_what_meets_its_targets_there() -> None:
-    gpu = _with_capacity(engine("gpu0", "gpu", running=10, kv=0.85, tpot=0.04, tpot_batch=10), 20_000)
+    gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.85, tpot=0.04, tpot_batch=10), 20_000)
     # 17,000 tokens in the cache + 3,000 of this prompt > 95% of 20,000
     big = RequestFeatures(prompt_tokens=3000, max_tokens=200)
     d = adaptive(snap(gpu), big, Limits())
@@ -66,14 +62,14 @@ def test_kv_headroom_holds_and_the_cpu_takes_what_meets_its_targets_there() -> N
     # 93% used: a 50-token prompt still fits the known capacity; with the capacity unknown,
     # classic's 90% threshold stands in and the CPU, which meets the targets, takes it.
     unsure = engine("gpu0", "gpu", running=10, kv=0.93, tpot=0.04, tpot_batch=10)
-    assert adaptive(snap(_with_capacity(unsure, 20_000), engine("cpu0", "cpu")), small, Limits()).device == "gpu"
+    assert adaptive(snap(with_capacity(unsure, 20_000), engine("cpu0", "cpu")), small, Limits()).device == "gpu"
     moved = adaptive(snap(unsure, engine("cpu0", "cpu")), small, Limits())
     assert (moved.device, moved.mode) == ("cpu", Mode.WHOLE)
     assert "gpu held back: gpu KV cache 93.0% >= 90%" in moved.reason
 
 
 def test_an_idle_gpu_always_admits_even_a_huge_prompt() -> None:
-    gpu = _with_capacity(engine("gpu0", "gpu"), 1000)
+    gpu = with_capacity(engine("gpu0", "gpu"), 1000)
     model = device_model(gpu, GPU_DEFAULTS)
     assert gpu_hold(gpu, model, 5000, Limits()) is None
     assert adaptive(snap(gpu), RequestFeatures(prompt_tokens=5000, max_tokens=10), Limits()).device == "gpu"

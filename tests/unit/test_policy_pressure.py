@@ -9,15 +9,16 @@ from syshaxd.policy.adaptive import decide
 from syshaxd.policy.estimates import DEFAULT_TUNING
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView
-from tests.unit.policy_helpers import engine, snap
+from tests.unit.policy_helpers import engine, snap, with_capacity
 
 SHORT = RequestFeatures(prompt_tokens=50, max_tokens=100)
 CAPACITY = 20_000
 
 
-def _gpu(kv: float) -> EngineView:
-    view = engine("gpu0", "gpu", running=10, kv=kv, tpot=0.04, tpot_batch=10, decode_tokens=10 * 200)
-    return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=CAPACITY))
+def _gpu(kv: float, running: int = 10, tpot: float = 0.04) -> EngineView:
+    """A GPU of ``running`` requests with 200 output tokens each to go and a known KV capacity."""
+    view = engine("gpu0", "gpu", running=running, kv=kv, tpot=tpot, tpot_batch=running, decode_tokens=running * 200)
+    return with_capacity(view, CAPACITY)
 
 
 def _cpu(tpot: float | None = 0.06) -> EngineView:
@@ -62,8 +63,7 @@ def test_a_late_request_takes_the_gpu_only_below_the_pressure_line() -> None:
     late = RequestFeatures(prompt_tokens=1000, max_tokens=200, waited=6.0)
 
     def gpu(kv: float) -> EngineView:
-        view = engine("gpu0", "gpu", running=2, kv=kv, tpot=0.03, tpot_batch=2, decode_tokens=400)
-        return replace(view, metrics=replace(view.metrics, kv_capacity_tokens=CAPACITY))
+        return _gpu(kv, running=2, tpot=0.03)
 
     assert adaptive(snap(gpu(0.5)), late, Limits()).device == "gpu"  # 11,400 of 20,000
     held = adaptive(snap(gpu(0.7)), late, Limits())  # 15,400: under 95%, over 70%
