@@ -10,7 +10,10 @@ wherever it is. ``pd_split`` prefills on a GPU engine and decodes on a CPU engin
 handoff protocol; a CPU ``token_limit`` stops the CPU after that many tokens and asks the
 policy again for the next limit (sysHAX's ``"scheduled"`` loop). Engine steps between
 events are fast-forwarded, so 10,000 requests take seconds; the same inputs always give
-the same result. What the conductor knows of each engine is :mod:`sim.virtual_engine`.
+the same result. What the conductor knows of each engine is :mod:`sim.virtual_engine`;
+what it tracks of each request is :mod:`sim.flight`. Before the first request the daemon's
+startup check runs (``monitor.startup_check``): one short test generation per engine, so
+the monitor has measured every engine's decode speed when traffic starts, as it has live.
 """
 
 from __future__ import annotations
@@ -19,62 +22,23 @@ import heapq
 import math
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 
 from sim import timing
 from sim.core import SimRequest, StepResult
-from sim.report import RequestResult, RunResult, summarise
+from sim.flight import Flight, RunOptions
+from sim.report import RunResult, summarise
 from sim.traces import TraceRequest
 from sim.virtual_engine import EngineSpec, VirtualEngine
 from syshaxd.config import Handoff
 from syshaxd.policy.common import pick_engine
-from syshaxd.policy.queueing import QueueOrder, evict_index, next_index
-from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.policy.queueing import evict_index, next_index
+from syshaxd.routing import Limits, Mode, Policy, RequestFeatures
 from syshaxd.snapshot import Device, Snapshot
 
 __all__ = ["EngineSpec", "RunOptions", "VirtualConductor", "run"]
 
 INF = math.inf
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """The conductor settings a run uses (the config's defaults)."""
-
-    scrape_interval: float = 1.0  # monitor.interval
-    rate_window: float = 5.0
-    max_queue: int = 100  # system.max_queue_size
-    timeout: float = 600.0  # system.request_timeout
-    handoff: Handoff | None = None  # None: limits.handoff
-    cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
-    queue_order: QueueOrder = "fifo"  # syshaxd.policy.queueing: "deadline" for adaptive
-
-
-@dataclass(eq=False)
-class _Flight:
-    index: int
-    req: TraceRequest
-    features: RequestFeatures
-    deadline: float
-    decision: Decision | None = None
-    first_token: float | None = None
-    finished: float | None = None
-    visible: int = 0
-    tokens: Counter[str] = field(default_factory=Counter)  # by device
-    devices: set[str] = field(default_factory=set)
-    holds: set[str] = field(default_factory=set)
-    unstarted: set[str] = field(default_factory=set)
-    rid: str | None = None
-    engine: str | None = None
-    segment: int = 0
-    split_cpu: str | None = None
-    hidden_first: bool = False
-    reasks: int = 0
-    outcome: str = "ok"
-
-    @property
-    def done(self) -> bool:
-        return self.finished is not None or self.outcome != "ok"
 
 
 class VirtualConductor:
@@ -92,9 +56,9 @@ class VirtualConductor:
         self.policy, self.limits = policy, limits
         self.handoff: Handoff = self.options.handoff or limits.handoff
         self.now = 0.0
-        self.queue: deque[_Flight] = deque()
-        self.flights: list[_Flight] = []
-        self.by_rid: dict[str, _Flight] = {}
+        self.queue: deque[Flight] = deque()
+        self.flights: list[Flight] = []
+        self.by_rid: dict[str, Flight] = {}
         self.deadlines: list[tuple[float, int]] = []
         self.decisions: Counter[str] = Counter()
         # The conductor's token books per engine (syshaxd/conductor/books.py): max_tokens of
@@ -102,6 +66,7 @@ class VirtualConductor:
         self.decode_tokens: Counter[str] = Counter()
         self.prompt_tokens: Counter[str] = Counter()
         self.open = 0
+        self.check_busy: dict[str, float] = {}  # busy seconds before the first request: the startup check
         self.progress: Callable[[int, int], None] | None = None
         self.total = 0
 
@@ -125,11 +90,11 @@ class VirtualConductor:
         return self.engines[view.name] if view is not None else None
 
     # -- routing -----------------------------------------------------------------------
-    def _fits(self, f: _Flight, e: VirtualEngine) -> bool:
+    def _fits(self, f: Flight, e: VirtualEngine) -> bool:
         p = e.core.profile
         return f.req.prompt_tokens + f.req.output_tokens <= p.max_model_len and f.req.prompt_tokens < p.kv_capacity_tokens
 
-    def _route(self, f: _Flight) -> bool:
+    def _route(self, f: Flight) -> bool:
         snap = self.snapshot()
         f.features = replace(f.features, waited=self.now - f.req.arrival)
         decision = self.policy(snap, f.features, self.limits)
@@ -170,11 +135,11 @@ class VirtualConductor:
         self._submit(f, target, f.req.prompt_tokens, new)
         return True
 
-    def _segment(self, f: _Flight, remaining: int) -> int:
+    def _segment(self, f: Flight, remaining: int) -> int:
         limit = f.decision.token_limit if f.decision is not None else None
         return remaining if limit is None else max(1, min(limit, remaining))
 
-    def _reserve(self, f: _Flight, e: VirtualEngine) -> None:
+    def _reserve(self, f: Flight, e: VirtualEngine) -> None:
         f.holds.add(e.spec.name)
         f.unstarted.add(e.spec.name)
         e.inflight += 1
@@ -182,20 +147,20 @@ class VirtualConductor:
         self.decode_tokens[e.spec.name] += f.features.max_tokens
         self.prompt_tokens[e.spec.name] += f.features.prompt_tokens
 
-    def _started(self, f: _Flight, e: VirtualEngine) -> None:
+    def _started(self, f: Flight, e: VirtualEngine) -> None:
         if e.spec.name in f.unstarted:
             f.unstarted.discard(e.spec.name)
             e.scheduled -= 1
             self.prompt_tokens[e.spec.name] -= f.features.prompt_tokens
 
-    def _release(self, f: _Flight, e: VirtualEngine) -> None:
+    def _release(self, f: Flight, e: VirtualEngine) -> None:
         self._started(f, e)
         if e.spec.name in f.holds:
             f.holds.discard(e.spec.name)
             e.inflight -= 1
             self.decode_tokens[e.spec.name] -= f.features.max_tokens
 
-    def _submit(self, f: _Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
+    def _submit(self, f: Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
         f.segment += 1
         rid = f"{f.index}.{f.segment}"
         # vLLM caches prompt blocks (the GPU engines); llama.cpp's per-slot prompt cache is not modelled
@@ -207,7 +172,7 @@ class VirtualConductor:
         f.devices.add(e.spec.device)
         self.by_rid[rid] = f
 
-    def _to_cpu(self, f: _Flight, gpu: VirtualEngine) -> None:
+    def _to_cpu(self, f: Flight, gpu: VirtualEngine) -> None:
         """The GPU's part of a split ended: continue on the CPU engine reserved for it."""
         cpu = self.engines[f.split_cpu or ""]
         if self.handoff == "recompute":
@@ -254,7 +219,7 @@ class VirtualConductor:
             if f is not None and not f.done:
                 self._segment_done(f, e)
 
-    def _segment_done(self, f: _Flight, e: VirtualEngine) -> None:
+    def _segment_done(self, f: Flight, e: VirtualEngine) -> None:
         if f.visible >= f.req.output_tokens:
             self._finish(f, "ok")
         elif e.spec.device == "gpu" and f.split_cpu is not None and len(f.devices) == 1:
@@ -269,7 +234,7 @@ class VirtualConductor:
             context = f.req.prompt_tokens + f.visible
             self._submit(f, e, context, self._segment(f, f.req.output_tokens - f.visible), context - 1)
 
-    def _finish(self, f: _Flight, outcome: str) -> None:
+    def _finish(self, f: Flight, outcome: str) -> None:
         self.open -= 1
         f.outcome = outcome
         if outcome == "ok":
@@ -303,7 +268,9 @@ class VirtualConductor:
 
     def _arrive(self, index: int, req: TraceRequest) -> None:
         features = RequestFeatures(prompt_tokens=req.prompt_tokens, max_tokens=req.output_tokens, request_id=str(index))
-        f = _Flight(index, req, features, deadline=self.now + self.options.timeout)
+        if not self.flights:
+            self.check_busy = {name: e.core.counters.busy_time for name, e in self.engines.items()}
+        f = Flight(index, req, features, deadline=self.now + self.options.timeout)
         self.flights.append(f)
         self.open += 1
         heapq.heappush(self.deadlines, (f.deadline, index))
@@ -331,7 +298,7 @@ class VirtualConductor:
         """Replay ``requests`` to the end; every request ends (ok, rejected, timeout, error)."""
         self.progress, self.total = progress, len(requests)
         arrivals = deque(sorted(enumerate(requests), key=lambda x: (x[1].arrival, x[0])))
-        next_scrape = 0.0
+        next_scrape = self._startup() if requests else 0.0
         engines = list(self.engines.values())
         while arrivals or self.open:
             t_arrival = arrivals[0][1].arrival if arrivals else INF
@@ -370,20 +337,25 @@ class VirtualConductor:
                 first.stalled = first.pending is None
         return self._result()
 
+    def _startup(self) -> float:
+        """The daemon's startup check: one short test generation per engine, ``startup_lead`` before traffic.
+
+        As in the live daemon (``syshaxd/service/startup.py``), it lands in each engine's TTFT
+        and TPOT histograms, so the monitor knows every engine's decode speed before the first
+        request; it is no flight and its busy time is not in the results. Returns the first scrape's time.
+        """
+        o = self.options
+        if not o.startup_check:
+            return 0.0
+        start = self.now = -o.startup_lead
+        for name, e in self.engines.items():
+            e.core.now = start
+            e.core.submit(SimRequest(f"startup.{name}", o.test_prompt_tokens, o.test_tokens), at=start)
+        return start
+
     def _result(self) -> RunResult:
-        records = []
-        for f in self.flights:
-            route = "none" if not f.devices else "split" if len(f.devices) > 1 else next(iter(f.devices))
-            tpot = None
-            if f.finished is not None and f.first_token is not None and f.visible > 1:
-                tpot = (f.finished - f.first_token) / (f.visible - 1)
-            records.append(RequestResult(
-                index=f.index, arrival=f.req.arrival, prompt_tokens=f.req.prompt_tokens, output_tokens=f.visible,
-                ttft=None if f.first_token is None else f.first_token - f.req.arrival, tpot=tpot,
-                e2e=None if f.finished is None else f.finished - f.req.arrival, route=route,
-                gpu_tokens=f.tokens["gpu"], cpu_tokens=f.tokens["cpu"], reasks=f.reasks, outcome=f.outcome,
-            ))
-        busy = {name: e.core.counters.busy_time for name, e in self.engines.items()}
+        records = [f.record() for f in self.flights]
+        busy = {name: e.core.counters.busy_time - self.check_busy.get(name, 0.0) for name, e in self.engines.items()}
         devices: dict[str, str] = {name: e.spec.device for name, e in self.engines.items()}
         preemptions = {name: e.core.counters.preemptions for name, e in self.engines.items()}
         end = max([self.now] + [e.core.now for e in self.engines.values()])

@@ -8,7 +8,7 @@ from sim import timing
 from sim.core import EngineCore, Seq, SimRequest
 from sim.metrics import Recorder
 from sim.profile import load_profile
-from sim.runner import EngineSpec, VirtualConductor
+from sim.runner import EngineSpec, RunOptions, VirtualConductor
 from sim.traces import TraceRequest
 from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
 from syshaxd.snapshot import Snapshot
@@ -24,7 +24,9 @@ def to(device: str):  # type: ignore[no-untyped-def]
 
 def replay(work: list[TraceRequest], device: str = "gpu") -> tuple[list[float], EngineCore]:
     """Each request's TTFT through the virtual runner on one tiny engine, and that engine's core."""
-    conductor = VirtualConductor([EngineSpec("e0", device, TINY.variant(device=device))], to(device), Limits())
+    # No startup check: its test generation would add to the counters these tests pin.
+    conductor = VirtualConductor([EngineSpec("e0", device, TINY.variant(device=device))], to(device), Limits(),
+                                 RunOptions(startup_check=False))
     result = conductor.run(work)
     ttfts = [r.ttft for r in sorted(result.requests, key=lambda r: r.index)]
     assert all(t is not None for t in ttfts)

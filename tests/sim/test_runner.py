@@ -207,3 +207,27 @@ def test_several_engines_per_device_share_the_load_or_follow_the_decision() -> N
 
     run(work, engines, watch_spread)
     assert max(a for a, _ in balanced) > 1 and max(b for _, b in balanced) > 1
+
+
+def test_the_startup_check_measures_every_engine_before_the_first_request() -> None:
+    """As the live daemon's startup check: the policy knows each engine's decode speed at once."""
+
+    def watching(seen: list[Snapshot]):  # type: ignore[no-untyped-def]
+        def policy(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+            seen.append(snap)
+            return Decision("gpu", Mode.WHOLE, None, "watch")
+        return policy
+
+    work = [TraceRequest(0.0, 100, 10), TraceRequest(0.5, 100, 10)]
+    checked: list[Snapshot] = []
+    result = run(work, [GPU, CPU], watching(checked))
+    first = {e.name: e.metrics.tpot_recent for e in checked[0].engines}
+    assert first["cpu0"] is not None and first["gpu0"] is not None
+    assert first["cpu0"] > 3 * first["gpu0"]  # the Kunpeng's measured TPOT, not a default
+    # The check is no request of the run: two requests, two decisions, nothing on the CPU.
+    assert result.summary.completed == 2 and sum(result.decisions.values()) == 2
+    assert all(r.cpu_tokens == 0 for r in result.requests)
+
+    blind: list[Snapshot] = []
+    run(work, [GPU, CPU], watching(blind), options=RunOptions(startup_check=False))
+    assert all(e.metrics.tpot_recent is None for e in blind[0].engines)

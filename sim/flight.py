@@ -1,0 +1,77 @@
+"""What a virtual-time run is given and what it tracks of each request.
+
+:class:`RunOptions` are the conductor settings a run uses; a :class:`Flight` is one
+request on its way through the runner's conductor (where it is, what it has produced),
+and :meth:`Flight.record` its line in the run's results.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from sim.report import RequestResult
+from sim.traces import TraceRequest
+from syshaxd.config import Handoff
+from syshaxd.policy.queueing import QueueOrder
+from syshaxd.routing import Decision, RequestFeatures
+
+__all__ = ["Flight", "RunOptions"]
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """The conductor settings a run uses (the config's defaults)."""
+
+    scrape_interval: float = 1.0  # monitor.interval
+    rate_window: float = 5.0
+    max_queue: int = 100  # system.max_queue_size
+    timeout: float = 600.0  # system.request_timeout
+    handoff: Handoff | None = None  # None: limits.handoff
+    cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
+    queue_order: QueueOrder = "fifo"  # syshaxd.policy.queueing: "deadline" for adaptive
+    startup_check: bool = True  # monitor.startup_check: each engine's test generation before traffic
+    test_prompt_tokens: int = 2  # models.params.test_prompt ("Hello": one token and BOS)
+    test_tokens: int = 16  # models.params.test_tokens
+    startup_lead: float = 30.0  # seconds the daemon runs before the first request arrives
+
+
+@dataclass(eq=False)
+class Flight:
+    index: int
+    req: TraceRequest
+    features: RequestFeatures
+    deadline: float
+    decision: Decision | None = None
+    first_token: float | None = None
+    finished: float | None = None
+    visible: int = 0
+    tokens: Counter[str] = field(default_factory=Counter)  # by device
+    devices: set[str] = field(default_factory=set)
+    holds: set[str] = field(default_factory=set)
+    unstarted: set[str] = field(default_factory=set)
+    rid: str | None = None
+    engine: str | None = None
+    segment: int = 0
+    split_cpu: str | None = None
+    hidden_first: bool = False
+    reasks: int = 0
+    outcome: str = "ok"
+
+    @property
+    def done(self) -> bool:
+        return self.finished is not None or self.outcome != "ok"
+
+    def record(self) -> RequestResult:
+        """This request's line in the run's results."""
+        route = "none" if not self.devices else "split" if len(self.devices) > 1 else next(iter(self.devices))
+        tpot = None
+        if self.finished is not None and self.first_token is not None and self.visible > 1:
+            tpot = (self.finished - self.first_token) / (self.visible - 1)
+        arrival = self.req.arrival
+        return RequestResult(
+            index=self.index, arrival=arrival, prompt_tokens=self.req.prompt_tokens, output_tokens=self.visible,
+            ttft=None if self.first_token is None else self.first_token - arrival, tpot=tpot,
+            e2e=None if self.finished is None else self.finished - arrival, route=route,
+            gpu_tokens=self.tokens["gpu"], cpu_tokens=self.tokens["cpu"], reasks=self.reasks, outcome=self.outcome,
+        )
