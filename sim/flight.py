@@ -38,6 +38,8 @@ class RunOptions:
 
 @dataclass(eq=False)
 class Flight:
+    """One request on its way through the runner's conductor: where it is and what it produced."""
+
     index: int
     req: TraceRequest
     features: RequestFeatures
