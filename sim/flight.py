@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from sim.report import RequestResult
 from sim.traces import TraceRequest
-from syshaxd.config import Handoff
+from syshaxd.config import Handoff, ModelParams, Monitor
 from syshaxd.policy.queueing import QueueOrder
 from syshaxd.routing import Decision, RequestFeatures
 
@@ -30,9 +30,10 @@ class RunOptions:
     handoff: Handoff | None = None  # None: limits.handoff
     cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
     queue_order: QueueOrder = "fifo"  # syshaxd.policy.queueing: "deadline" for adaptive
-    startup_check: bool = True  # monitor.startup_check: each engine's test generation before traffic
+    # monitor.startup_check: each engine's test generation before traffic, as the config's defaults
+    startup_check: bool = Monitor.model_fields["startup_check"].default
     test_prompt_tokens: int = 2  # models.params.test_prompt ("Hello": one token and BOS)
-    test_tokens: int = 16  # models.params.test_tokens
+    test_tokens: int = ModelParams.model_fields["test_tokens"].default
     startup_lead: float = 30.0  # seconds the daemon runs before the first request arrives
 
 

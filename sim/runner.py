@@ -298,7 +298,7 @@ class VirtualConductor:
         """Replay ``requests`` to the end; every request ends (ok, rejected, timeout, error)."""
         self.progress, self.total = progress, len(requests)
         arrivals = deque(sorted(enumerate(requests), key=lambda x: (x[1].arrival, x[0])))
-        next_scrape = self._startup() if requests else 0.0
+        next_scrape = self._startup()
         engines = list(self.engines.values())
         while arrivals or self.open:
             t_arrival = arrivals[0][1].arrival if arrivals else INF
