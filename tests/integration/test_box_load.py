@@ -32,9 +32,11 @@ def _streams(stack: Stack, count: int, max_tokens: int) -> tuple[list[threading.
 
 
 def _refused(url: str) -> bool:
+    """The port no longer serves: refused, or (a connection the kernel queued just before the
+    listener closed) dropped without a response. Any answer at all, 503 included, is not refused."""
     try:
         httpx.get(f"{url}/health", timeout=2)
-    except httpx.ConnectError:
+    except (httpx.ConnectError, httpx.RemoteProtocolError):
         return True
     return False
 
