@@ -71,6 +71,19 @@ def test_missing_counter_gives_no_rate_for_it() -> None:
     assert out.decode_tps == pytest.approx(50.0)
 
 
+
+def test_a_counter_missing_from_some_scrapes_is_differenced_from_the_points_that_hold_it() -> None:
+    t = RateTracker(window=2.0)
+    t.update(rec(None, 0), now=0.0)
+    assert t.update(rec(100, 10), now=1.0).prefill_tps is None  # first seen: nothing to difference
+    # No point 2 s old holds it yet: the oldest that does (t=1).
+    assert t.update(rec(300, 20), now=2.0).prefill_tps == pytest.approx(200.0)
+    t.update(rec(None, 30), now=3.0)
+    # The newest point at least 2 s old is t=3, which lacks it: the newest before that holding it (t=2).
+    out = t.update(rec(1000, 40), now=5.5)
+    assert out.prefill_tps == pytest.approx((1000 - 300) / 3.5)
+    assert out.decode_tps == pytest.approx((40 - 30) / 2.5)
+
 def hist(count: float, total: float) -> HistogramData:
     return HistogramData(((math.inf, count),), count, total)
 
