@@ -11,7 +11,8 @@ and per 1,000 relayed chunks. Also the daemon's CPU while idle, in front of the 
 
 Before it reports anything, it checks that its baseline sees: the direct path's TTFT must be
 the engine's own (within ``--tolerance`` ms), or it refuses (a 40 ms delayed-ACK stall on
-both sides once hid the daemon's own).
+both sides once hid the daemon's own). A baseline that does not see is measured again, all
+paths of its case, up to ``BASELINE_TRIES`` times in all before the run refuses.
 
     python bench/overhead.py            # full run
     python bench/overhead.py --quick    # a tiny run, as `make test` does
@@ -99,10 +100,11 @@ def median_row(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
-async def run_cases(stack: Stack, args: argparse.Namespace, progress: Progress) -> dict[str, dict[str, Any]]:
-    """Every case on every path, ``--reps`` times, paths rotated each time; medians."""
+async def run_cases(stack: Stack, args: argparse.Namespace, progress: Progress,
+                    todo: list[Case] | None = None) -> dict[str, dict[str, Any]]:
+    """Every case (or ``todo``) on every path, ``--reps`` times, paths rotated each time; medians."""
     names = list(stack.urls)
-    todo = cases(args.quick)
+    todo = todo or cases(args.quick)
     task = progress.add_task("overhead", total=len(todo) * len(names) * args.reps)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rep in range(args.reps):
@@ -122,10 +124,31 @@ def key(case: Case) -> str:
     return f"{'stream' if case[0] else 'whole'}-{case[1]}"
 
 
+#: The case the baseline is judged on, and how often it is measured before the run refuses:
+#: one busy second on a shared machine (the other half of ``make test`` on two cores) made
+#: the direct path 3 ms slow once, and should cost a second measurement, not the run. Every
+#: path of the case is measured again, so its rows stay one interleaved measurement.
+BASELINE_CASE: Case = (True, 1)
+BASELINE_TRIES = 3
+
+
+async def seen_cases(stack: Stack, args: argparse.Namespace,
+                     progress: Progress) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The cases and the baseline check, the baseline's case measured again while it does not see."""
+    rows = await run_cases(stack, args, progress)
+    check = baseline_check(stack, rows, args.tolerance)
+    tries = 1
+    while not check["ok"] and tries < BASELINE_TRIES:
+        tries += 1
+        rows.update(await run_cases(stack, args, progress, [BASELINE_CASE]))
+        check = baseline_check(stack, rows, args.tolerance)
+    return rows, {**check, "tries": tries}
+
+
 def baseline_check(stack: Stack, rows: dict[str, dict[str, Any]], tolerance_ms: float) -> dict[str, Any]:
     """Whether the direct path shows the engine's own TTFT (else the harness cannot see)."""
     own = _ms(statistics.median(stack.engine_first_bytes()))
-    direct = rows["stream-1"]["direct"]["ttft_p50_ms"]
+    direct = rows[key(BASELINE_CASE)]["direct"]["ttft_p50_ms"]
     ok = own is not None and direct is not None and abs(direct - own) <= tolerance_ms
     return {"engine_own_first_byte_ms": own, "direct_ttft_p50_ms": direct, "tolerance_ms": tolerance_ms, "ok": ok}
 
@@ -136,8 +159,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp:
         with proxies(Path(tmp), router, args.ttft, args.interval, args.workers) as stack:
             with Progress(console=console, transient=True) as progress:
-                rows = await run_cases(stack, args, progress)
-            check = baseline_check(stack, rows, args.tolerance)
+                rows, check = await seen_cases(stack, args, progress)
         idle = idle_cost(Path(tmp), 3.0 if args.quick else args.idle_seconds)
     return {"engine": {"ttft_s": args.ttft, "interval_s": args.interval, "tokens": TOKENS}, "workers": args.workers,
             "repetitions": args.reps, "router_version": ROUTER_VERSION if router else None,
@@ -164,7 +186,8 @@ def show(report: dict[str, Any]) -> None:
     console.print(table)
     base = report["baseline"]
     console.print(f"baseline: direct TTFT p50 {base['direct_ttft_p50_ms']} ms, the engine's own first byte "
-                  f"{base['engine_own_first_byte_ms']} ms (tolerance {base['tolerance_ms']} ms): "
+                  f"{base['engine_own_first_byte_ms']} ms (tolerance {base['tolerance_ms']} ms"
+                  + (f", measured {base['tries']} times" if base.get("tries", 1) > 1 else "") + "): "
                   + ("[green]the harness sees[/]" if base["ok"] else "[red]REFUSED: the harness cannot see[/]"))
     idle = report["idle"]
     console.print(f"idle syshaxd (simulated vLLM engines): {idle['cpu_ms_per_s']} ms of CPU per second "
