@@ -52,7 +52,7 @@ class VirtualConductor:
         if len(set(names)) != len(names):
             raise ValueError(f"engine names must be unique: {names}")
         self.options = options or RunOptions()
-        self.engines = {e.name: VirtualEngine.new(e, self.options.rate_window) for e in engines}
+        self.engines = {e.name: VirtualEngine.new(e, self.options.rate_window, self.options.latency_window) for e in engines}
         self.policy, self.limits = policy, limits
         self.handoff: Handoff = self.options.handoff or limits.handoff
         self.now = 0.0

@@ -18,6 +18,7 @@ from sim.advise.window import Measured, Outcome, Window, measure
 from sim.profile import Profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
+from syshaxd.engines.rates import LATENCY_WINDOW
 from syshaxd.policy import get_policy, queue_order
 from syshaxd.routing import Limits
 from syshaxd.snapshot import Device
@@ -70,6 +71,7 @@ def _virtual_limits(limits: Limits, speed: float) -> Limits:
 
 def _options(daemon: Daemon, speed: float, policy: str, limits: Limits) -> RunOptions:
     return RunOptions(scrape_interval=daemon.scrape_interval * speed, rate_window=RATE_WINDOW * speed,
+                      latency_window=LATENCY_WINDOW * speed,
                       max_queue=daemon.max_queue, timeout=daemon.timeout * speed, handoff=limits.handoff,
                       queue_order=queue_order(policy))
 

@@ -47,6 +47,10 @@ def _counters(metrics: EngineMetrics) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None and math.isfinite(v) and v >= 0}
 
 
+#: Seconds the TPOT/TTFT means average over (:class:`RateTracker`'s ``latency_window``).
+LATENCY_WINDOW = 30.0
+
+
 class RateTracker:
     """Turns one engine's successive records into rates over the last ``window`` seconds.
 
@@ -57,7 +61,7 @@ class RateTracker:
             prefill stalls every decode for a moment and a short window makes that a trend.
     """
 
-    def __init__(self, window: float = 5.0, latency_window: float = 30.0) -> None:
+    def __init__(self, window: float = 5.0, latency_window: float = LATENCY_WINDOW) -> None:
         self.window = window
         self.latency_window = latency_window
         self._counters: dict[str, _Counter] = {}
