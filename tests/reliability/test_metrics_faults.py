@@ -19,8 +19,11 @@ from tests.reliability._probe import (
     wait_until,
 )
 
-#: Scrapes give up quickly so an engine whose /metrics stalls is marked within a few seconds.
-FAST_MONITOR = {"monitor": {"interval": 0.2, "scrape_timeout": 0.5, "stale_after": 2, "down_after": 4}}
+#: Scrapes give up quickly so an engine whose /metrics stalls is marked within a few seconds,
+#: and the pace holds between requests (an idle box is otherwise scraped every 5 s,
+#: ``monitor.idle_interval``, and each fault took ~10 s to show and ~5 s to clear).
+FAST_MONITOR = {"monitor": {"interval": 0.2, "idle_interval": 0, "scrape_timeout": 0.5, "stale_after": 2,
+                            "down_after": 4}}
 
 
 def gpu_view(stack: Stack) -> dict[str, Any]:
