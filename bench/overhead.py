@@ -187,7 +187,7 @@ def show(report: dict[str, Any]) -> None:
     base = report["baseline"]
     console.print(f"baseline: direct TTFT p50 {base['direct_ttft_p50_ms']} ms, the engine's own first byte "
                   f"{base['engine_own_first_byte_ms']} ms (tolerance {base['tolerance_ms']} ms"
-                  + (f", measured {base['tries']} times" if base.get("tries", 1) > 1 else "") + "): "
+                  + (f", measured {base['tries']} times" if base["tries"] > 1 else "") + "): "
                   + ("[green]the harness sees[/]" if base["ok"] else "[red]REFUSED: the harness cannot see[/]"))
     idle = report["idle"]
     console.print(f"idle syshaxd (simulated vLLM engines): {idle['cpu_ms_per_s']} ms of CPU per second "

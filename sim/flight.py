@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from sim.report import RequestResult
 from sim.traces import TraceRequest
 from syshaxd.config import Handoff, ModelParams, Monitor
-from syshaxd.engines.rates import LATENCY_WINDOW
+from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
 from syshaxd.policy.queueing import QueueOrder
 from syshaxd.routing import Decision, RequestFeatures
 
@@ -25,8 +25,8 @@ class RunOptions:
     """The conductor settings a run uses (the config's defaults)."""
 
     scrape_interval: float = 1.0  # monitor.interval
-    rate_window: float = 5.0
-    latency_window: float = LATENCY_WINDOW  # the monitor's TPOT/TTFT means (syshaxd.engines.rates)
+    rate_window: float = RATE_WINDOW  # the monitor's rates and TPOT/TTFT means (syshaxd.engines.rates)
+    latency_window: float = LATENCY_WINDOW
     max_queue: int = 100  # system.max_queue_size
     timeout: float = 600.0  # system.request_timeout
     handoff: Handoff | None = None  # None: limits.handoff

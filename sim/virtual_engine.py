@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from sim.core import EngineCore, StepResult
 from sim.profile import Profile
-from syshaxd.engines.rates import LATENCY_WINDOW, RateTracker
+from syshaxd.engines.rates import RateTracker
 from syshaxd.snapshot import Device, EngineMetrics, EngineState, EngineView, HistogramData
 
 
@@ -44,7 +44,7 @@ class VirtualEngine:
     last_token: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def new(cls, spec: EngineSpec, rate_window: float, latency_window: float = LATENCY_WINDOW) -> VirtualEngine:
+    def new(cls, spec: EngineSpec, rate_window: float, latency_window: float) -> VirtualEngine:
         """An idle engine with an empty core, its rates taken over ``rate_window`` seconds (its
         TPOT/TTFT means over ``latency_window``)."""
         return cls(spec, EngineCore(spec.profile, max_num_seqs=spec.max_num_seqs),

@@ -18,15 +18,12 @@ from sim.advise.window import Measured, Outcome, Window, measure
 from sim.profile import Profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
-from syshaxd.engines.rates import LATENCY_WINDOW
+from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
 from syshaxd.policy import get_policy, queue_order
 from syshaxd.routing import Limits
 from syshaxd.snapshot import Device
 
 __all__ = ["Box", "Daemon", "Prediction", "predict"]
-
-#: The monitor's rate window (syshaxd.monitor.Monitor's default), seconds of wall time.
-RATE_WINDOW = 5.0
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from syshaxd.engines.failures import (
 from syshaxd.engines.llamacpp import LLAMACPP
 from syshaxd.engines.plain import OPENAI
 from syshaxd.engines.promtext import MetricSet, MetricsParseError
-from syshaxd.engines.rates import RateTracker
+from syshaxd.engines.rates import RATE_WINDOW, RateTracker
 from syshaxd.engines.sglang import SGLANG
 from syshaxd.engines.vllm import VLLM_V0, VLLM_V1
 
@@ -45,6 +45,6 @@ def get_dialect(name: str) -> Dialect:
 
 __all__ = [
     "DIALECTS", "ConnectionLost", "ConnectionPool", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "EngineResponse",
-    "Exchange", "MetricSet", "MetricsParseError", "RateTracker", "Sink", "SlotsReading", "describe_error",
+    "Exchange", "MetricSet", "MetricsParseError", "RATE_WINDOW", "RateTracker", "Sink", "SlotsReading", "describe_error",
     "describe_http_error", "engine_events", "get_dialect", "json_answer", "set_nodelay",
 ]  # fmt: skip

@@ -47,6 +47,8 @@ def _counters(metrics: EngineMetrics) -> dict[str, float]:
     return {k: v for k, v in values.items() if v is not None and math.isfinite(v) and v >= 0}
 
 
+#: Seconds token and request rates average over (:class:`RateTracker`'s ``window``).
+RATE_WINDOW = 5.0
 #: Seconds the TPOT/TTFT means average over (:class:`RateTracker`'s ``latency_window``).
 LATENCY_WINDOW = 30.0
 
@@ -61,7 +63,7 @@ class RateTracker:
             prefill stalls every decode for a moment and a short window makes that a trend.
     """
 
-    def __init__(self, window: float = 5.0, latency_window: float = LATENCY_WINDOW) -> None:
+    def __init__(self, window: float = RATE_WINDOW, latency_window: float = LATENCY_WINDOW) -> None:
         self.window = window
         self.latency_window = latency_window
         self._counters: dict[str, _Counter] = {}

@@ -32,7 +32,7 @@ import httpx
 
 from syshaxd.config import EngineSpec
 from syshaxd.config import Monitor as MonitorSettings
-from syshaxd.engines import Dialect, MetricsParseError, RateTracker, get_dialect
+from syshaxd.engines import RATE_WINDOW, Dialect, MetricsParseError, RateTracker, get_dialect
 from syshaxd.monitor.fetch import Fetcher, HttpxFetcher, PoolFetcher, ScrapeError
 from syshaxd.monitor.host import HostSampler
 from syshaxd.snapshot import EngineMetrics, EngineState, EngineView, HostView, Snapshot
@@ -128,7 +128,7 @@ class Monitor:
         sample_host: bool = True,
         client: httpx.AsyncClient | None = None,
         fetcher: Fetcher | None = None,
-        rate_window: float = 5.0,
+        rate_window: float = RATE_WINDOW,
     ) -> None:
         self.settings = settings
         self._engines = [_Engine(spec, rate_window) for spec in engines]

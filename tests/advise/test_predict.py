@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from sim.advise.predict import RATE_WINDOW, Daemon, _options
+from sim.advise.predict import Daemon, _options
 from sim.profile import load_profile
 from sim.runner import EngineSpec, RunOptions, VirtualConductor
-from syshaxd.engines.rates import LATENCY_WINDOW
+from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
 from syshaxd.policy import get_policy
 from syshaxd.routing import Limits
 
