@@ -52,7 +52,7 @@ def test_an_engine_that_queues_inside_takes_no_more() -> None:
 
 def test_kv_headroom_holds_and_the_cpu_takes_what_meets_its_targets_there() -> None:
     gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.85, tpot=0.04, tpot_batch=10), 20_000)
-    # 17,000 tokens in the cache + 3,000 of this prompt > 95% of 20,000
+    # 17,000 tokens in the cache + 3,000 of this prompt > 98% of 20,000
     big = RequestFeatures(prompt_tokens=3000, max_tokens=200)
     d = adaptive(snap(gpu), big, Limits())
     assert d.device is None and "gpu KV cache would need 20000 of 20000 tokens" in d.reason
@@ -66,6 +66,17 @@ def test_kv_headroom_holds_and_the_cpu_takes_what_meets_its_targets_there() -> N
     moved = adaptive(snap(unsure, engine("cpu0", "cpu")), small, Limits())
     assert (moved.device, moved.mode) == ("cpu", Mode.WHOLE)
     assert "gpu held back: gpu KV cache 93.0% >= 90%" in moved.reason
+
+
+def test_a_prompt_the_cache_has_room_for_is_admitted_close_to_the_guard() -> None:
+    # 17,000 tokens in the cache + 2,400 of this prompt = 97% of 20,000: the engine has room,
+    # and holding it would only make it wait (on a KV-starved card, into lateness).
+    gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.85, tpot=0.04, tpot_batch=10), 20_000)
+    model = device_model(gpu, GPU_DEFAULTS)
+    assert gpu_hold(gpu, model, 2400, Limits()) is None
+    assert adaptive(snap(gpu), RequestFeatures(prompt_tokens=2400, max_tokens=200), Limits()).device == "gpu"
+    over = gpu_hold(gpu, model, 2700, Limits())  # 98.5%: past the guard
+    assert over is not None and "gpu KV cache would need 19700 of 20000 tokens" in over
 
 
 def test_an_idle_gpu_always_admits_even_a_huge_prompt() -> None:
