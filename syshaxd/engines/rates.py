@@ -51,6 +51,11 @@ def _counters(metrics: EngineMetrics) -> dict[str, float]:
 RATE_WINDOW = 5.0
 #: Seconds the TPOT/TTFT means average over (:class:`RateTracker`'s ``latency_window``).
 LATENCY_WINDOW = 30.0
+#: Fewest prompt tokens a prefill-speed measurement is taken from. A step's fixed cost
+#: dominates a tiny prefill: the startup check's 2-token prompt, or the one token a
+#: handoff's continuation computes, "prefills" at ~50 tokens/s on a Xeon that does ~240 on
+#: a real prompt, and that figure would shut the CPU out of every prompt it serves in time.
+MIN_PREFILL_TOKENS = 64
 
 
 class RateTracker:
@@ -182,8 +187,9 @@ class RateTracker:
 
 
 def _speed(tokens: tuple[float, float] | None, seconds: tuple[float, float] | None) -> float | None:
-    """Prompt tokens per second spent prefilling, when the window holds both and some prefill."""
-    if tokens is None or seconds is None or seconds[0] <= 1e-6 or tokens[0] <= 0:
+    """Prompt tokens per second spent prefilling, when the window holds both and enough prefill
+    (``MIN_PREFILL_TOKENS``) to measure a speed."""
+    if tokens is None or seconds is None or seconds[0] <= 1e-6 or tokens[0] < MIN_PREFILL_TOKENS:
         return None
     value = tokens[0] / seconds[0]
     return value if math.isfinite(value) else None

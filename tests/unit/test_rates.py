@@ -173,3 +173,14 @@ def test_prefill_speed_is_prompt_tokens_per_second_of_prefill_and_stays_when_idl
     idle = t.update(rec(3400, 0, prefill_seconds_total=20.0), now=60.0)
     assert idle.prefill_speed == pytest.approx(240.0)
     assert RateTracker().update(rec(5, 0), now=1.0).prefill_speed is None
+
+
+def test_a_tiny_prefill_keeps_the_speed_measured_on_real_prompts() -> None:
+    t = RateTracker(window=5.0, latency_window=30.0)
+    t.update(rec(0, 0, prefill_seconds_total=0.0), now=0.0)
+    assert t.update(rec(2, 0, prefill_seconds_total=0.04), now=1.0).prefill_speed is None  # 2 tokens: no measure
+    out = t.update(rec(2402, 0, prefill_seconds_total=10.04), now=12.0)
+    assert out.prefill_speed == pytest.approx(240.0, rel=0.01)
+    # 40 s on, a window holding only a handoff's 8 tokens in 0.15 s (53/s) leaves 240 standing.
+    later = t.update(rec(2410, 0, prefill_seconds_total=10.19), now=52.0)
+    assert later.prefill_speed == pytest.approx(240.0, rel=0.01)
