@@ -79,12 +79,11 @@ class Tuning:
     #: the target (:mod:`syshaxd.policy.holding`): the projection is an average, and the
     #: slowest requests of a batch sit above it.
     tpot_guard: float = 0.8
-    #: Seconds of the running answers' growth the GPU's KV cache must still hold beside a new
-    #: prompt (each running request writes a token per TPOT); past that the request waits
-    #: (:mod:`syshaxd.policy.holding`). A fixed share of the cache left too little room under
-    #: a full batch (98%: vLLM preempted running answers) or too much under a light one
-    #: (95% of a 40 GB card: an on-time prompt the engine had room for waited into lateness).
-    kv_growth_s: float = 5.0
+    #: Hold a request back while the projected KV need is above this share of the cache. The
+    #: 2% left covers the running answers' growth between two scrapes (a few seconds of a
+    #: full batch); a wider margin held back prompts the engine had room for, and on a
+    #: KV-starved card those requests waited into lateness (:mod:`syshaxd.policy.holding`).
+    kv_guard: float = 0.98
     #: Past this share of the GPU's KV cache (with the prompts on their way and this one), a
     #: request that meets its targets on the CPU by ``margin`` goes there: the GPU's room is
     #: kept for what only it serves (``syshaxd.policy.adaptive``).

@@ -13,18 +13,18 @@ admitted:
   projection is ``tpot(B + 1) + prefill(prompts) / remaining``; ``tpot`` is the live
   model (:mod:`syshaxd.policy.estimates`), measured with the interference of recent
   prefills in it. Over ``tpot_guard`` of the target, the request waits.
-- **KV headroom.** When the tokens in the cache, the prompts on their way and this prompt,
-  with ``kv_growth_s`` seconds of the running answers' growth (a token per TPOT each),
-  would pass the cache's capacity in tokens (reported by the engine), the request waits:
-  vLLM would queue it, or preempt a running request and recompute it, which costs that
-  request its TPOT. Where the capacity is unknown the estimate is
+- **KV headroom.** When the tokens in the cache, the prompts on their way and this prompt
+  would pass ``kv_guard`` of the cache (its capacity in tokens, reported by the engine),
+  the request waits: vLLM would queue it, or preempt a running request and recompute it,
+  which costs that request its TPOT. Where the capacity is unknown the estimate is
   unsure, and ``classic``'s rule stands in: no request while the KV usage is past
   ``gpu_cache_threshold`` percent. Growth of the running answers is not reserved, and
   with a known capacity the usage threshold does not apply: replayed on reasoning-length
   answers, both held back requests the engine would have served in time (running
   answers end at different moments) and cost more TTFT than the preemptions they saved.
-  Only the next few seconds of growth are kept: a fixed share of the cache (95%, then
-  98%) was too much room under a light batch and too little under a full one.
+  For the same reason the guard sits at 98%, which leaves only a few seconds of the
+  batch's growth between scrapes: at 95% a 40 GB card's last 1,100 tokens of room went
+  unused while an on-time prompt waited into lateness.
 
 An engine that already queues requests inside takes no more (they could only wait there,
 where nothing can reorder them or send them elsewhere). An idle engine always admits: a
@@ -56,11 +56,6 @@ def kv_need(gpu: EngineView, prompt: int) -> tuple[float, int] | None:
     return used + gpu.scheduled_prompt_tokens + prompt, capacity
 
 
-def kv_growth(gpu: EngineView, model: DeviceModel, tuning: Tuning = DEFAULT_TUNING) -> float:
-    """KV tokens the running answers write within ``kv_growth_s`` (one per TPOT each)."""
-    return gpu.running * tuning.kv_growth_s / max(model.tpot(max(1, busy(gpu))), 1e-3)
-
-
 def gpu_hold(
     gpu: EngineView, model: DeviceModel, prompt: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING,
     *, decode: bool = True,
@@ -80,10 +75,8 @@ def gpu_hold(
     kv = gpu.metrics.kv_cache_usage
     if need is not None:
         tokens, capacity = need
-        growth = kv_growth(gpu, model, tuning)
-        if tokens + growth > capacity:
-            return (f"gpu KV cache would need {tokens:.0f} of {capacity} tokens "
-                    f"and {growth:.0f} more for {tuning.kv_growth_s:g}s of the running answers")
+        if tokens > capacity * tuning.kv_guard:
+            return f"gpu KV cache would need {tokens:.0f} of {capacity} tokens"
     elif decode and kv is not None and kv * 100.0 >= limits.gpu_cache_threshold:
         return f"gpu KV cache {kv * 100.0:.1f}% >= {limits.gpu_cache_threshold:g}%"
     tpot = projected_tpot(gpu, model, prompt, tuning)
@@ -101,7 +94,7 @@ def gpu_slack(
 
     Slack: the whole answer fits the KV cache beside every in-flight request's whole
     answer below ``kv_pressure`` (past that line the GPU's room is kept for requests still
-    on time: replayed on reasoning answers, late work admitted up to the KV guard held
+    on time: replayed on reasoning answers, late work admitted up to ``kv_guard`` held
     back the on-time arrivals after it), and the batch's projected TPOT stays under half
     the target. A late request then costs the requests still on time nothing they would
     notice.
@@ -110,7 +103,7 @@ def gpu_slack(
     if capacity:
         used = (gpu.metrics.kv_cache_usage or 0.0) * capacity
         tokens = used + gpu.scheduled_prompt_tokens + gpu.inflight_decode_tokens / 2 + prompt + out
-        if tokens > capacity * tuning.kv_pressure:
+        if tokens > capacity * min(tuning.kv_pressure, tuning.kv_guard):
             return f"a whole answer would need {tokens:.0f} of {capacity} KV tokens"
     tpot = projected_tpot(gpu, model, prompt, tuning)
     if tpot > limits.tpot_target / 2:
