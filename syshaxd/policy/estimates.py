@@ -79,11 +79,8 @@ class Tuning:
     #: the target (:mod:`syshaxd.policy.holding`): the projection is an average, and the
     #: slowest requests of a batch sit above it.
     tpot_guard: float = 0.8
-    #: Hold a request back while the projected KV need is above this share of the cache. On
-    #: a 40 GB card the 2% left is ~450 tokens, about two seconds of a ten-answer batch's
-    #: growth: under a light batch it is enough, under a full one vLLM may then preempt a
-    #: running answer. 95% held back prompts the engine had room for, and those waited
-    #: into lateness more often than 98% costs preemptions (:mod:`syshaxd.policy.holding`).
+    #: Hold a request back while the projected KV need is above this share of the cache
+    #: (why 98%, and what it costs: :mod:`syshaxd.policy.holding`).
     kv_guard: float = 0.98
     #: Past this share of the GPU's KV cache (with the prompts on their way and this one), a
     #: request that meets its targets on the CPU by ``margin`` goes there: the GPU's room is

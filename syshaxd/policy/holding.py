@@ -23,9 +23,10 @@ admitted:
   answers, both held back requests the engine would have served in time (running
   answers end at different moments) and cost more TTFT than the preemptions they saved.
   For the same reason the guard sits at 98%: at 95% a 40 GB card's last 1,100 tokens of
-  room went unused while an on-time prompt waited into lateness. Replayed over nine
-  held-out windows that wins more than it loses to the preemptions a full batch then
-  meets; a reserve for the batch's next seconds of growth instead was tried and lost more.
+  room went unused while an on-time prompt waited into lateness. The 2% left there is
+  ~450 tokens, about two seconds of a ten-answer batch's growth, so under a full batch
+  vLLM may preempt a running answer; replayed over nine held-out windows that costs less
+  than 95% did, and a reserve for the batch's next seconds of growth instead lost more.
 
 An engine that already queues requests inside takes no more (they could only wait there,
 where nothing can reorder them or send them elsewhere). An idle engine always admits: a

@@ -71,7 +71,6 @@ def test_missing_counter_gives_no_rate_for_it() -> None:
     assert out.decode_tps == pytest.approx(50.0)
 
 
-
 def test_a_counter_missing_from_some_scrapes_is_differenced_from_the_points_that_hold_it() -> None:
     t = RateTracker(window=2.0)
     t.update(rec(None, 0), now=0.0)
@@ -83,6 +82,7 @@ def test_a_counter_missing_from_some_scrapes_is_differenced_from_the_points_that
     out = t.update(rec(1000, 40), now=5.5)
     assert out.prefill_tps == pytest.approx((1000 - 300) / 3.5)
     assert out.decode_tps == pytest.approx((40 - 30) / 2.5)
+
 
 def hist(count: float, total: float) -> HistogramData:
     return HistogramData(((math.inf, count),), count, total)
