@@ -65,6 +65,8 @@ class VirtualConductor:
         # the requests it holds, prompt tokens of those not started yet.
         self.decode_tokens: Counter[str] = Counter()
         self.prompt_tokens: Counter[str] = Counter()
+        # ... and the answers each engine has started: (first token's time, max_tokens) by request
+        self.answers: dict[str, dict[int, tuple[float, int]]] = {name: {} for name in self.engines}
         self.open = 0
         self.check_busy: dict[str, float] = {}  # busy seconds before the first request: the startup check
         self.progress: Callable[[int, int], None] | None = None
@@ -78,7 +80,8 @@ class VirtualConductor:
             view = e.view()
             metrics = replace(view.metrics, kv_capacity_tokens=e.core.profile.kv_capacity_tokens)
             views.append(replace(view, metrics=metrics, inflight_decode_tokens=self.decode_tokens[name],
-                                 scheduled_prompt_tokens=self.prompt_tokens[name]))
+                                 scheduled_prompt_tokens=self.prompt_tokens[name],
+                                 answers=tuple((self.now - at, most) for at, most in self.answers[name].values())))
         return Snapshot(taken_at=self.now, engines=tuple(views))
 
     def _pick(self, snap: Snapshot, device: Device | None, preferred: str | None) -> VirtualEngine | None:
@@ -152,6 +155,7 @@ class VirtualConductor:
             f.unstarted.discard(e.spec.name)
             e.scheduled -= 1
             self.prompt_tokens[e.spec.name] -= f.features.prompt_tokens
+            self.answers[e.spec.name][f.index] = (self.now, f.features.max_tokens)
 
     def _release(self, f: Flight, e: VirtualEngine) -> None:
         self._started(f, e)
@@ -159,6 +163,7 @@ class VirtualConductor:
             f.holds.discard(e.spec.name)
             e.inflight -= 1
             self.decode_tokens[e.spec.name] -= f.features.max_tokens
+            self.answers[e.spec.name].pop(f.index, None)
 
     def _submit(self, f: Flight, e: VirtualEngine, context: int, new: int, kv_ready: int = 0, kv_delay: float = 0.0) -> None:
         f.segment += 1

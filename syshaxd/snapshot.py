@@ -112,6 +112,8 @@ class EngineView:
     scheduled: int = 0  # routed but not yet producing tokens (not visible as running yet)
     inflight_decode_tokens: int = 0  # output tokens the in-flight requests may still generate
     scheduled_prompt_tokens: int = 0  # prompt tokens of the scheduled requests (prefill to come)
+    #: Each answer the engine has started: (seconds since its first token, its max_tokens).
+    answers: tuple[tuple[float, int], ...] = ()
 
     @property
     def usable(self) -> bool:

@@ -9,8 +9,9 @@ changes the counts, and it undoes exactly what it did: every request is released
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from syshaxd.conductor.records import RequestLog
@@ -31,6 +32,8 @@ class EngineBooks:
     decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     answered_at: float | None = None  # time.monotonic() when the engine last sent answer bytes
+    #: The answers it has started: time.monotonic() of the first byte and max_tokens, by request.
+    answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
 
 
 def _evolve(obj: V, **changes: Any) -> V:
@@ -63,6 +66,7 @@ class Books:
     def merge(self, snap: Snapshot, flags: Callable[[str], tuple[bool, bool]]) -> Snapshot:
         """The monitor's snapshot with engine flags and these counts filled in, one view per engine."""
         seen = {e.name: e for e in snap.engines}
+        now = time.monotonic()
         views = []
         for name, book in self.engines.items():
             spec = book.spec
@@ -70,7 +74,8 @@ class Books:
             enabled, draining = flags(name)
             views.append(_evolve(view, enabled=enabled, draining=draining, inflight=book.inflight,
                                  scheduled=book.scheduled, inflight_decode_tokens=book.decode_tokens,
-                                 scheduled_prompt_tokens=book.prompt_tokens))
+                                 scheduled_prompt_tokens=book.prompt_tokens,
+                                 answers=tuple((now - at, most) for at, most in book.answers.values())))
         return _evolve(snap, engines=tuple(views))
 
     def inflight(self) -> dict[str, int]:

@@ -135,6 +135,7 @@ class BookedFlight:
             self._unstarted.discard(engine.name)
             book.scheduled -= 1
             book.prompt_tokens -= self.features.prompt_tokens
+            book.answers[self] = (book.answered_at, self.features.max_tokens)
         if self.ttft is None:
             self.ttft = time.monotonic() - self.t0
 
@@ -157,6 +158,7 @@ class BookedFlight:
             self._holds.discard(name)
             book.inflight -= 1
             book.decode_tokens -= self.features.max_tokens
+            book.answers.pop(self, None)
             return True
         return False
 

@@ -18,15 +18,27 @@ admitted:
   the request waits: vLLM would queue it, or preempt a running request and recompute it,
   which costs that request its TPOT. Where the capacity is unknown the estimate is
   unsure, and ``classic``'s rule stands in: no request while the KV usage is past
-  ``gpu_cache_threshold`` percent. Growth of the running answers is not reserved, and
-  with a known capacity the usage threshold does not apply: replayed on reasoning-length
-  answers, both held back requests the engine would have served in time (running
+  ``gpu_cache_threshold`` percent. No share of the cache is reserved for the running
+  answers' growth, and with a known capacity the usage threshold does not apply: replayed
+  on reasoning-length answers, both held back requests the engine would have served in time (running
   answers end at different moments) and cost more TTFT than the preemptions they saved.
   For the same reason the guard sits at 98%: at 95% a 40 GB card's last 1,100 tokens of
   room went unused while an on-time prompt waited into lateness. The 2% left there is
   ~450 tokens, about two seconds of a ten-answer batch's growth, so under a full batch
-  vLLM may preempt a running answer; replayed over nine held-out windows that costs less
-  than 95% did, and a reserve for the batch's next seconds of growth instead lost more.
+  vLLM may preempt a running answer; a short prompt's recompute is a stall the batch
+  absorbs, and its first token came in time.
+- **Growth until an answer ends.** Room comes back only when a running answer ends. The
+  conductor knows each started answer's age and max_tokens, so about when the first one
+  will; until then every request in the batch, the new one too, writes a token per step.
+  When that growth would overflow the cache, vLLM preempts the newest request, this one,
+  and brings it back chunk by chunk while the batch still grows, to preempt it again. A
+  prompt whose prefill takes longer than a token's target time then stalls every running
+  answer at each recompute, so it waits for room instead (replayed on reasoning answers
+  on a 40 GB card, a 6,472-token prompt admitted at 94% of the cache was preempted 496
+  times, the 4,113-token one after it 267, while the requests behind them waited minutes;
+  with this rule the run counts 4 preemptions, not 948). A fixed reserve for the
+  batch's next seconds of growth, tried instead, held short prompts too and lost more
+  than it saved. Live, max_tokens is an upper bound: the rule errs towards waiting.
 
 An engine that already queues requests inside takes no more (they could only wait there,
 where nothing can reorder them or send them elsewhere). An idle engine always admits: a
@@ -58,6 +70,21 @@ def kv_need(gpu: EngineView, prompt: int) -> tuple[float, int] | None:
     return used + gpu.scheduled_prompt_tokens + prompt, capacity
 
 
+def growth_until_first_end(gpu: EngineView, model: DeviceModel) -> float | None:
+    """KV tokens the batch writes before its first answer ends (by max_tokens); None when none has started.
+
+    Each started answer has written about its age over the batch's TPOT; the one with the
+    fewest tokens left ends first, and until then every request in the batch, and the one
+    about to join it, adds a token per step.
+    """
+    if not gpu.answers:
+        return None
+    load = busy(gpu)
+    tpot = model.tpot(max(1, load))
+    soonest = min(most - age / tpot for age, most in gpu.answers)
+    return max(0.0, soonest) * (load + 1)
+
+
 def gpu_hold(
     gpu: EngineView, model: DeviceModel, prompt: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING,
     *, decode: bool = True,
@@ -79,6 +106,10 @@ def gpu_hold(
         tokens, capacity = need
         if tokens > capacity * tuning.kv_guard:
             return f"gpu KV cache would need {tokens:.0f} of {capacity} tokens"
+        growth = growth_until_first_end(gpu, model) if decode else None
+        if growth is not None and tokens + growth > capacity and model.prefill(prompt) > limits.tpot_target:
+            return (f"the batch would outgrow the gpu KV cache ({tokens:.0f} + {growth:.0f} of {capacity} tokens) "
+                    f"before an answer ends, and this prompt's recompute stalls it {model.prefill(prompt) * 1000:.0f}ms")
     elif decode and kv is not None and kv * 100.0 >= limits.gpu_cache_threshold:
         return f"gpu KV cache {kv * 100.0:.1f}% >= {limits.gpu_cache_threshold:g}%"
     tpot = projected_tpot(gpu, model, prompt, tuning)

@@ -71,6 +71,21 @@ def test_the_policy_sees_the_conductors_token_books_and_the_kv_capacity() -> Non
     assert third.metrics.kv_capacity_tokens == GPU.profile.kv_capacity_tokens
 
 
+def test_the_policy_sees_each_started_answer_its_age_and_max_tokens() -> None:
+    seen: list[Snapshot] = []
+
+    def watch(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        seen.append(snap)
+        return Decision("gpu", Mode.WHOLE, None, "watch")
+
+    # The first answer (400 tokens) is running when the second arrives, over when the third does.
+    run([TraceRequest(0.0, 100, 400), TraceRequest(2.0, 100, 50), TraceRequest(300.0, 100, 50)], [GPU], watch)
+    assert seen[0].engines[0].answers == ()
+    (age, most), = seen[1].engines[0].answers
+    assert most == 400 and 1.0 < age < 2.0
+    assert seen[2].engines[0].answers == ()
+
+
 def _gate(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
     """One request at a time on the GPU."""
     if snap.on("gpu")[0].inflight >= 1:

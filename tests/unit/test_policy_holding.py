@@ -79,6 +79,29 @@ def test_a_prompt_the_cache_has_room_for_is_admitted_close_to_the_guard() -> Non
     assert over is not None and "gpu KV cache would need 19700 of 20000 tokens" in over
 
 
+def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_answer_ends() -> None:
+    # 15,000 of 20,000 tokens in the cache, ten answers running at 40 ms per token. The
+    # first to end has written 100 of its 500 tokens: until it ends, the batch and the
+    # newcomer write 11 x 400 = 4,400 tokens more.
+    running = ((4.0, 500),) + ((1.0, 3000),) * 9
+    gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.75, tpot=0.04, tpot_batch=10), 20_000)
+    gpu = replace(gpu, answers=running)
+    model = device_model(gpu, GPU_DEFAULTS)
+    # 4,000 prompt tokens fit under the 98% guard, but not with the growth: vLLM would
+    # preempt the newest request, this one, and recompute its 0.67 s prefill each time.
+    held = gpu_hold(gpu, model, 4000, Limits())
+    assert held is not None and "would outgrow the gpu KV cache (19000 + 4400 of 20000 tokens)" in held
+    d = adaptive(snap(gpu), RequestFeatures(prompt_tokens=4000, max_tokens=200), Limits())
+    assert d.device is None and "before an answer ends" in d.reason
+    # A short prompt's recompute is a stall the batch absorbs: it is admitted, first token in time.
+    assert gpu_hold(replace(gpu, metrics=replace(gpu.metrics, kv_cache_usage=0.85)), model, 300, Limits()) is None
+    # The same long prompt is admitted once the first answer is about to end...
+    ending = replace(gpu, answers=((19.6, 500),) + running[1:])
+    assert gpu_hold(ending, model, 4000, Limits()) is None
+    # ... and, for a pd_split's prefill (it leaves the GPU after its first token), at once.
+    assert gpu_hold(gpu, model, 4000, Limits(), decode=False) is None
+
+
 def test_an_idle_gpu_always_admits_even_a_huge_prompt() -> None:
     gpu = with_capacity(engine("gpu0", "gpu"), 1000)
     model = device_model(gpu, GPU_DEFAULTS)
