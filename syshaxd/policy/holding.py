@@ -20,8 +20,9 @@ admitted:
   unsure, and ``classic``'s rule stands in: no request while the KV usage is past
   ``gpu_cache_threshold`` percent. No share of the cache is reserved for the running
   answers' growth, and with a known capacity the usage threshold does not apply: replayed
-  on reasoning-length answers, both held back requests the engine would have served in time (running
-  answers end at different moments) and cost more TTFT than the preemptions they saved.
+  on reasoning-length answers, both held back requests the engine would have served in
+  time (running answers end at different moments) and cost more TTFT than the
+  preemptions they saved.
   For the same reason the guard sits at 98%: at 95% a 40 GB card's last 1,100 tokens of
   room went unused while an on-time prompt waited into lateness. The 2% left there is
   ~450 tokens, about two seconds of a ten-answer batch's growth, so under a full batch
@@ -107,9 +108,10 @@ def gpu_hold(
         if tokens > capacity * tuning.kv_guard:
             return f"gpu KV cache would need {tokens:.0f} of {capacity} tokens"
         growth = growth_until_first_end(gpu, model) if decode else None
-        if growth is not None and tokens + growth > capacity and model.prefill(prompt) > limits.tpot_target:
+        stall = model.prefill(prompt)
+        if growth is not None and tokens + growth > capacity and stall > limits.tpot_target:
             return (f"the batch would outgrow the gpu KV cache ({tokens:.0f} + {growth:.0f} of {capacity} tokens) "
-                    f"before an answer ends, and this prompt's recompute stalls it {model.prefill(prompt) * 1000:.0f}ms")
+                    f"before an answer ends, and this prompt's recompute stalls it {stall * 1000:.0f}ms")
     elif decode and kv is not None and kv * 100.0 >= limits.gpu_cache_threshold:
         return f"gpu KV cache {kv * 100.0:.1f}% >= {limits.gpu_cache_threshold:g}%"
     tpot = projected_tpot(gpu, model, prompt, tuning)
