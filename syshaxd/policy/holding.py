@@ -33,8 +33,9 @@ admitted:
   will; until then every request in the batch, the new one too, writes a token per step.
   When that growth would overflow the cache, vLLM preempts the newest request, this one,
   and brings it back chunk by chunk while the batch still grows, to preempt it again. A
-  prompt whose prefill takes longer than a token's target time then stalls every running
-  answer at each recompute, so it waits for room instead (replayed on reasoning answers
+  prompt whose prefill takes longer than ``long_prompt_s`` (0.2 s, under a 2,048-token
+  chunk on these GPUs) then stalls every running answer at each recompute, so it waits
+  for room instead (replayed on reasoning answers
   on a 40 GB card, a 6,472-token prompt admitted at 94% of the cache was preempted 496
   times, the 4,113-token one after it 267, while the requests behind them waited minutes;
   with this rule the run counts 4 preemptions, not 948). A fixed reserve for the
@@ -109,7 +110,7 @@ def gpu_hold(
             return f"gpu KV cache would need {tokens:.0f} of {capacity} tokens"
         growth = growth_until_first_end(gpu, model) if decode else None
         stall = model.prefill(prompt)
-        if growth is not None and tokens + growth > capacity and stall > limits.tpot_target:
+        if growth is not None and tokens + growth > capacity and stall > tuning.long_prompt_s:
             return (f"the batch would outgrow the gpu KV cache ({tokens:.0f} + {growth:.0f} of {capacity} tokens) "
                     f"before an answer ends, and this prompt's recompute stalls it {stall * 1000:.0f}ms")
     elif decode and kv is not None and kv * 100.0 >= limits.gpu_cache_threshold:

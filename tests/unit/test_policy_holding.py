@@ -102,6 +102,19 @@ def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_a
     assert gpu_hold(gpu, model, 4000, Limits(), decode=False) is None
 
 
+def test_which_prompts_wait_for_room_does_not_follow_the_tpot_target() -> None:
+    # The state above, at a 100 ms TPOT target: a 1,000-token prompt (0.17 s of prefill)
+    # goes in as it does at 200 ms; tied to the target, it waited minutes for room.
+    running = ((4.0, 500),) + ((1.0, 3000),) * 9
+    gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.75, tpot=0.04, tpot_batch=10), 20_000)
+    gpu = replace(gpu, answers=running)
+    model = device_model(gpu, GPU_DEFAULTS)
+    tight = Limits(ttft_target=2.0, tpot_target=0.1)
+    assert gpu_hold(gpu, model, 1000, tight) is None
+    held = gpu_hold(gpu, model, 4000, tight)
+    assert held is not None and "before an answer ends" in held
+
+
 def test_an_idle_gpu_always_admits_even_a_huge_prompt() -> None:
     gpu = with_capacity(engine("gpu0", "gpu"), 1000)
     model = device_model(gpu, GPU_DEFAULTS)
