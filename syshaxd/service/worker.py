@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import sys
@@ -77,6 +78,10 @@ async def serve(config: Config, boot: dict[str, Any], api_sock: socket.socket, l
         log.error("the daemon is gone: stopping now")
         server.abort_all()
         await server.stop(0)
+        # A daemon killed outright could not remove its private socket's directory; nothing
+        # else will now (several workers may race here: whoever comes first removes it).
+        if boot["info"]:
+            shutil.rmtree(os.path.dirname(boot["info"]), ignore_errors=True)
         code = 1
     else:
         await server.stop(float(boot["grace"]) + GRACE_MARGIN)

@@ -15,6 +15,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -194,12 +195,17 @@ def test_workers_stop_when_the_daemon_dies(make_stack: Callable[..., Stack]) -> 
     # worker notices its ledger socket close and exits, and nothing is left on the port.
     stack = make_stack(policy="gpu-only", config=TWO)
     pids = worker_pids(stack)
+    private = list({Path(c.laddr) for c in psutil.Process(stack.daemon.pid).net_connections(kind="unix")
+                    if c.laddr and c.laddr.endswith("/api.sock")})
+    assert len(private) == 1 and private[0].exists()  # the routes workers forward to the daemon
     stack.daemon.kill()
     stack.daemon.wait(10)
     assert wait_until(lambda: not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != "zombie"
                                       for pid in pids), timeout=10)
     with pytest.raises(httpx.ConnectError):
         httpx.get(f"{stack.url}/health", timeout=5)
+    # The killed daemon could not remove its private socket's directory; its worker did.
+    assert not private[0].parent.exists()
 
 
 def test_workers_share_the_socket_systemd_passed(make_stack: Callable[..., Stack]) -> None:
