@@ -108,9 +108,9 @@ def gpu_hold(
         tokens, capacity = need
         if tokens > capacity * tuning.kv_guard:
             return f"gpu KV cache would need {tokens:.0f} of {capacity} tokens"
-        growth = growth_until_first_end(gpu, model) if decode else None
-        stall = model.prefill(prompt)
-        if growth is not None and tokens + growth > capacity and stall > tuning.long_prompt_s:
+        stall = model.prefill(prompt)  # a short prompt never waits here: skip the batch's answers
+        growth = growth_until_first_end(gpu, model) if decode and stall > tuning.long_prompt_s else None
+        if growth is not None and tokens + growth > capacity:
             return (f"the batch would outgrow the gpu KV cache ({tokens:.0f} + {growth:.0f} of {capacity} tokens) "
                     f"before an answer ends, and this prompt's recompute stalls it {stall * 1000:.0f}ms")
     elif decode and kv is not None and kv * 100.0 >= limits.gpu_cache_threshold:

@@ -79,13 +79,19 @@ def test_a_prompt_the_cache_has_room_for_is_admitted_close_to_the_guard() -> Non
     assert over is not None and "gpu KV cache would need 19700 of 20000 tokens" in over
 
 
-def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_answer_ends() -> None:
-    # 15,000 of 20,000 tokens in the cache, ten answers running at 40 ms per token. The
-    # first to end has written 100 of its 500 tokens: until it ends, the batch and the
-    # newcomer write 11 x 400 = 4,400 tokens more.
-    running = ((4.0, 500),) + ((1.0, 3000),) * 9
+#: Ten answers running at 40 ms per token; the first to end has written 100 of its 500 tokens.
+RUNNING = ((4.0, 500),) + ((1.0, 3000),) * 9
+
+
+def _outgrowing_gpu() -> EngineView:
+    """15,000 of 20,000 tokens in the cache; until the first answer ends, the batch and a
+    newcomer write 11 x 400 = 4,400 tokens more."""
     gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.75, tpot=0.04, tpot_batch=10), 20_000)
-    gpu = replace(gpu, answers=running)
+    return replace(gpu, answers=RUNNING)
+
+
+def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_answer_ends() -> None:
+    gpu = _outgrowing_gpu()
     model = device_model(gpu, GPU_DEFAULTS)
     # 4,000 prompt tokens fit under the 98% guard, but not with the growth: vLLM would
     # preempt the newest request, this one, and recompute its 0.67 s prefill each time.
@@ -96,7 +102,7 @@ def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_a
     # A short prompt's recompute is a stall the batch absorbs: it is admitted, first token in time.
     assert gpu_hold(replace(gpu, metrics=replace(gpu.metrics, kv_cache_usage=0.85)), model, 300, Limits()) is None
     # The same long prompt is admitted once the first answer is about to end...
-    ending = replace(gpu, answers=((19.6, 500),) + running[1:])
+    ending = replace(gpu, answers=((19.6, 500),) + RUNNING[1:])
     assert gpu_hold(ending, model, 4000, Limits()) is None
     # ... and, for a pd_split's prefill (it leaves the GPU after its first token), at once.
     assert gpu_hold(gpu, model, 4000, Limits(), decode=False) is None
@@ -105,9 +111,7 @@ def test_a_long_prompt_waits_while_the_batch_would_outgrow_the_cache_before_an_a
 def test_which_prompts_wait_for_room_does_not_follow_the_tpot_target() -> None:
     # The state above, at a 100 ms TPOT target: a 1,000-token prompt (0.17 s of prefill)
     # goes in as it does at 200 ms; tied to the target, it waited minutes for room.
-    running = ((4.0, 500),) + ((1.0, 3000),) * 9
-    gpu = with_capacity(engine("gpu0", "gpu", running=10, kv=0.75, tpot=0.04, tpot_batch=10), 20_000)
-    gpu = replace(gpu, answers=running)
+    gpu = _outgrowing_gpu()
     model = device_model(gpu, GPU_DEFAULTS)
     tight = Limits(ttft_target=2.0, tpot_target=0.1)
     assert gpu_hold(gpu, model, 1000, tight) is None
