@@ -107,8 +107,8 @@ class VirtualConductor:
 
     def _placed(self, f: Flight, outcome: Outcome) -> None:
         if isinstance(outcome, Refusal):
-            self.decisions["timeout" if outcome.reason == "queue_timeout" else "rejected"] += 1
-            self._finish(f, "timeout" if outcome.reason == "queue_timeout" else "rejected")
+            self.decisions[outcome.outcome] += 1
+            self._finish(f, outcome.outcome)
             return
         decision = outcome.decision
         f.decision, f.placement = decision, outcome.engines

@@ -256,6 +256,7 @@ class Conductor:
             max_tokens=flight.features.max_tokens,
             est_ttft=decision.est_ttft,
             est_e2e=decision.est_e2e,
+            held=flight.ticket.held if placement.waited else None,
         )
         flight.decision = model
         self.books.stats.record_decision(model)

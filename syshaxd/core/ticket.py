@@ -44,6 +44,11 @@ class Refusal:
     message: str
     retry_after: int | None = None
 
+    @property
+    def outcome(self) -> str:
+        """How the request is recorded: ``timeout`` (504), ``rejected`` (4xx), else ``error``."""
+        return "timeout" if self.status == 504 else "rejected" if self.status < 500 else "error"
+
 
 Outcome = Placement | Refusal
 Wake = Callable[[Outcome], None]
