@@ -26,8 +26,7 @@ from syshaxd.config.files import (
     parse_text,
     to_plain,
 )
-from syshaxd.config.flags import SECTION as FLAGS_SECTION
-from syshaxd.config.flags import EngineFlags, flags_section
+from syshaxd.config.flags import FLAGS_SECTION, EngineFlags, flags_section
 from syshaxd.config.layers import coerce_value
 from syshaxd.config.model import RUNTIME_KEYS, Config
 from syshaxd.config.validate import prune_null_sections, validate

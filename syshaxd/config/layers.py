@@ -17,8 +17,7 @@ from typing import Any
 
 from syshaxd.config.dotted import deep_merge, flatten, set_dotted
 from syshaxd.config.files import ConfigError, read_config_file
-from syshaxd.config.flags import SECTION as FLAGS_SECTION
-from syshaxd.config.flags import EngineFlags, parse_engine_flags
+from syshaxd.config.flags import FLAGS_SECTION, EngineFlags, parse_engine_flags
 from syshaxd.config.keys import from_text, suggest
 from syshaxd.config.model import RUNTIME_KEYS, Config, all_keys, engine_specs
 from syshaxd.config.validate import prune_null_sections, validate
