@@ -234,12 +234,8 @@ class RuntimeConfig:
         """The current config with ``updates`` applied, each touched section revalidated."""
         if not updates:
             return self._config
-        by_section: dict[str, dict[str, Any]] = {}
-        for key, value in updates.items():
-            section, _, rest = key.partition(".")
-            by_section.setdefault(section, {})[rest] = value
         new_sections: dict[str, BaseModel] = {}
-        for section, changes in by_section.items():
+        for section, changes in _by_section(updates).items():
             current: BaseModel = getattr(self._config, section)
             data = current.model_dump()
             for rest, value in changes.items():
@@ -311,15 +307,20 @@ class RuntimeConfig:
         return change
 
     def _with_runtime_values(self, values: Mapping[str, Any]) -> Config:
-        by_section: dict[str, dict[str, Any]] = {}
-        for key, value in values.items():
-            section, _, rest = key.partition(".")
-            by_section.setdefault(section, {})[rest] = value
         update: dict[str, BaseModel] = {}
-        for section, changes in by_section.items():
+        for section, changes in _by_section(values).items():
             current: BaseModel = getattr(self._config, section)
             update[section] = current.model_copy(update=changes)
         return self._config.model_copy(update=update)
+
+
+def _by_section(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"decider.policy": v}`` -> ``{"decider": {"policy": v}}`` (the rest of each key stays dotted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        section, _, rest = key.partition(".")
+        out.setdefault(section, {})[rest] = value
+    return out
 
 
 def _patch_error(exc: ValidationError, section: str, changes: Mapping[str, Any]) -> PatchError:
