@@ -56,6 +56,7 @@ class Ledger:
         self.engines: dict[str, EngineBook] = {book.name: book for book in engines}
         #: Bumped on every change of a count: a held request may be asked again.
         self.version = 0
+        self._seen: tuple[Snapshot | None, dict[str, EngineView]] = (None, {})
 
     def reserve(self, ticket: Ticket, name: str) -> None:
         """Count ``ticket`` against engine ``name`` until released (once per engine)."""
@@ -113,7 +114,9 @@ class Ledger:
 
     def merge(self, observed: Snapshot, flags: Flags, now: float) -> Snapshot:
         """The observed snapshot with engine flags and these counts filled in, one view per engine."""
-        seen = {e.name: e for e in observed.engines}
+        if self._seen[0] is not observed:
+            self._seen = (observed, {e.name: e for e in observed.engines})
+        seen = self._seen[1]
         views = []
         for name, book in self.engines.items():
             view = seen.get(name) or EngineView(name, book.device, book.url, book.dialect)
@@ -121,5 +124,6 @@ class Ledger:
             views.append(evolve(view, enabled=enabled, draining=draining, inflight=book.inflight,
                                 scheduled=book.scheduled, inflight_decode_tokens=book.decode_tokens,
                                 scheduled_prompt_tokens=book.prompt_tokens,
-                                answers=tuple((now - at, most) for at, most in book.answers.values())))
+                                answers=tuple([(now - at, most) for at, most in book.answers.values()])
+                                if book.answers else ()))
         return evolve(observed, engines=tuple(views))
