@@ -11,6 +11,7 @@ another answer. A ticket undoes exactly what it did: every hold is released once
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,6 +37,8 @@ class EngineBook:
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     #: The answers it has started: the first byte's time and max_tokens, by ticket.
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
+    #: The TPOT targets of its requests that carry their own (a class's), with their counts.
+    tpot_targets: Counter[float] = field(default_factory=Counter)
 
 
 def evolve(obj: V, **changes: Any) -> V:
@@ -69,6 +72,8 @@ class Ledger:
         book.scheduled += 1
         book.decode_tokens += ticket.features.max_tokens
         book.prompt_tokens += ticket.features.prompt_tokens
+        if ticket.features.level.tpot is not None:
+            book.tpot_targets[ticket.features.level.tpot] += 1
         self.version += 1
 
     def start(self, ticket: Ticket, name: str, now: float) -> None:
@@ -95,6 +100,11 @@ class Ledger:
         book.inflight -= 1
         book.decode_tokens -= ticket.features.max_tokens
         book.answers.pop(ticket, None)
+        tpot = ticket.features.level.tpot
+        if tpot is not None:
+            book.tpot_targets[tpot] -= 1
+            if book.tpot_targets[tpot] <= 0:
+                del book.tpot_targets[tpot]
         self.version += 1
         return True
 
@@ -125,5 +135,6 @@ class Ledger:
                                 scheduled=book.scheduled, inflight_decode_tokens=book.decode_tokens,
                                 scheduled_prompt_tokens=book.prompt_tokens,
                                 answers=tuple([(now - at, most) for at, most in book.answers.values()])
-                                if book.answers else ()))
+                                if book.answers else (),
+                                tightest_tpot=min(book.tpot_targets) if book.tpot_targets else None))
         return evolve(observed, engines=tuple(views))

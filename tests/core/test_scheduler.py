@@ -261,3 +261,22 @@ def test_a_wake_that_ends_a_request_at_once_lets_the_next_one_in() -> None:
     core.arrive(core.ticket("y", features("y"), 0.0), now=0.0, wake=placed.append)
     core.release(running, "gpu0", now=1.0)
     assert len(placed) == 1 and isinstance(placed[0], Placement)
+
+
+def test_each_engine_shows_the_tightest_tpot_target_among_the_requests_it_holds() -> None:
+    core = World([view("gpu0", "gpu")], upto("gpu", 9)).scheduler()
+    loose, tight = ServiceLevel("batch", tpot=1.0), ServiceLevel("realtime", tpot=0.05)
+    batch = core.ticket("b", features("b", level=loose), 0.0)
+    realtime = core.ticket("r", features("r", level=tight), 0.0)
+    plain = core.ticket("p", features("p"), 0.0)
+    for ticket in (batch, realtime, plain):
+        core.arrive(ticket, now=0.0)
+
+    def tightest() -> float | None:
+        return core.snapshot(1.0).engines[0].tightest_tpot
+
+    assert tightest() == 0.05
+    core.finish(realtime, now=1.0)
+    assert tightest() == 1.0
+    core.finish(batch, now=2.0)
+    assert tightest() is None  # the decider's target is the policy's own to apply
