@@ -114,6 +114,9 @@ class EngineView:
     scheduled_prompt_tokens: int = 0  # prompt tokens of the scheduled requests (prefill to come)
     #: Each answer the engine has started: (seconds since its first token, its max_tokens).
     answers: tuple[tuple[float, int], ...] = ()
+    #: The tightest TPOT target (seconds) among the requests placed here and not finished, when
+    #: some carry their own (service classes); None: all run on the decider's.
+    tightest_tpot: float | None = None
 
     @property
     def usable(self) -> bool:

@@ -62,6 +62,7 @@ class _Inputs:
         self.runtime = runtime
         self.monitor = monitor
         self._limits: Limits | None = None
+        self._flags: dict[str, tuple[bool, bool]] = {}
 
     @property
     def policy_name(self) -> str:
@@ -71,7 +72,10 @@ class _Inputs:
         return self.monitor.snapshot()
 
     def engine_flags(self, name: str) -> tuple[bool, bool]:
-        return self.runtime.engine_flags(name)
+        flags = self._flags.get(name)
+        if flags is None:
+            flags = self._flags[name] = self.runtime.engine_flags(name)
+        return flags
 
     def limits(self) -> Limits:
         if self._limits is None:
@@ -80,6 +84,7 @@ class _Inputs:
 
     def refresh(self) -> None:
         self._limits = None
+        self._flags.clear()
 
 
 class Conductor:
@@ -191,11 +196,9 @@ class Conductor:
         """
         if flight.waiter is not None:
             return None
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[Outcome] = loop.create_future()
-        outcome = self.core.arrive(flight.ticket, time.monotonic(), wake=lambda o: self._woken(flight, waiter, o))
+        outcome = self.core.arrive(flight.ticket, time.monotonic(), wake=lambda o: self._woken(flight, o))
         if outcome is None:
-            flight.waiter = waiter
+            flight.waiter = asyncio.get_running_loop().create_future()
             self.books.stats.m_queue.set(self.core.waiting)
             self._arm_expiry()
             return None
@@ -214,10 +217,11 @@ class Conductor:
             self.books.stats.m_queue.set(self.core.waiting)
         return self._route(flight, outcome)
 
-    def _woken(self, flight: BookedFlight, waiter: asyncio.Future[Outcome], outcome: Outcome) -> None:
+    def _woken(self, flight: BookedFlight, outcome: Outcome) -> None:
         if isinstance(outcome, Placement):
             self._record(flight, outcome)
-        if not waiter.done():
+        waiter = flight.waiter
+        if waiter is not None and not waiter.done():
             waiter.set_result(outcome)
 
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:

@@ -11,6 +11,7 @@ another answer. A ticket undoes exactly what it did: every hold is released once
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -36,6 +37,8 @@ class EngineBook:
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     #: The answers it has started: the first byte's time and max_tokens, by ticket.
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
+    #: The TPOT targets of its requests that carry their own (a class's), with their counts.
+    tpot_targets: Counter[float] = field(default_factory=Counter)
 
 
 def evolve(obj: V, **changes: Any) -> V:
@@ -56,6 +59,7 @@ class Ledger:
         self.engines: dict[str, EngineBook] = {book.name: book for book in engines}
         #: Bumped on every change of a count: a held request may be asked again.
         self.version = 0
+        self._seen: tuple[Snapshot | None, dict[str, EngineView]] = (None, {})
 
     def reserve(self, ticket: Ticket, name: str) -> None:
         """Count ``ticket`` against engine ``name`` until released (once per engine)."""
@@ -68,6 +72,8 @@ class Ledger:
         book.scheduled += 1
         book.decode_tokens += ticket.features.max_tokens
         book.prompt_tokens += ticket.features.prompt_tokens
+        if ticket.features.level.tpot is not None:
+            book.tpot_targets[ticket.features.level.tpot] += 1
         self.version += 1
 
     def start(self, ticket: Ticket, name: str, now: float) -> None:
@@ -94,6 +100,11 @@ class Ledger:
         book.inflight -= 1
         book.decode_tokens -= ticket.features.max_tokens
         book.answers.pop(ticket, None)
+        tpot = ticket.features.level.tpot
+        if tpot is not None:
+            book.tpot_targets[tpot] -= 1
+            if book.tpot_targets[tpot] <= 0:
+                del book.tpot_targets[tpot]
         self.version += 1
         return True
 
@@ -113,7 +124,9 @@ class Ledger:
 
     def merge(self, observed: Snapshot, flags: Flags, now: float) -> Snapshot:
         """The observed snapshot with engine flags and these counts filled in, one view per engine."""
-        seen = {e.name: e for e in observed.engines}
+        if self._seen[0] is not observed:
+            self._seen = (observed, {e.name: e for e in observed.engines})
+        seen = self._seen[1]
         views = []
         for name, book in self.engines.items():
             view = seen.get(name) or EngineView(name, book.device, book.url, book.dialect)
@@ -121,5 +134,7 @@ class Ledger:
             views.append(evolve(view, enabled=enabled, draining=draining, inflight=book.inflight,
                                 scheduled=book.scheduled, inflight_decode_tokens=book.decode_tokens,
                                 scheduled_prompt_tokens=book.prompt_tokens,
-                                answers=tuple((now - at, most) for at, most in book.answers.values())))
+                                answers=tuple([(now - at, most) for at, most in book.answers.values()])
+                                if book.answers else (),
+                                tightest_tpot=min(book.tpot_targets) if book.tpot_targets else None))
         return evolve(observed, engines=tuple(views))

@@ -25,7 +25,7 @@ from syshaxd.core.line import WaitingLine
 from syshaxd.core.place import other_device, pick, place
 from syshaxd.core.ticket import NOT_WAITING, Outcome, Placement, Refusal, Ticket, Wake
 from syshaxd.policy import QueueOrder, get_policy, queue_order
-from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures, limits_for
 from syshaxd.snapshot import EngineState, Snapshot
 
 #: Seconds since arrival past which the policy is told how long a request has waited.
@@ -115,13 +115,14 @@ class Scheduler:
     def ticket(self, request_id: str, features: RequestFeatures, now: float, age: float = 0.0) -> Ticket:
         """A new ticket for a request that arrived ``age`` seconds before ``now``."""
         arrived = now - max(0.0, age)
-        return Ticket(request_id, features, arrived, arrived + self.request_timeout)
+        return Ticket(request_id, features, arrived, arrived + self.request_timeout, priority=features.level.priority)
 
     def arrive(self, ticket: Ticket, now: float, wake: Wake | None = None) -> Outcome | None:
         """Admit ``ticket``: a placement or a refusal now, or None when it waits in line
         (``wake`` then hears the outcome, from a later call)."""
         if not self.accepting:
             return self._settle(ticket, Refusal(503, "stopping", "syshaxd is shutting down"))
+        self._advance(now)
         if len(self.line) == 0:
             outcome = self._decide(ticket, now)
             if outcome is not None:
@@ -130,13 +131,17 @@ class Scheduler:
         else:
             ticket.held = f"waiting behind {len(self.line)} requests"
         if self.line.full:
-            late = self.line.evictable(now)
             full = Refusal(429, "queue_full", "no capacity: all engines are at their limits and the admission "
                            f"queue is full ({self.line.limit} waiting); retry later", retry_after=1)
-            if late is None:
+            victim = self.line.evictable(ticket)
+            if victim is None:
                 return self._settle(ticket, full)
-            self.line.remove(late)  # it cannot meet its TTFT target any more
-            self._wake(late, full)
+            self.line.remove(victim)
+            if victim.features.level.sheddable:
+                self._wake(victim, Refusal(429, "shed", f"refused to make room for a more important request: class "
+                                           f"{victim.features.level.name!r} is sheddable", retry_after=1))
+            else:  # it cannot meet its TTFT target any more
+                self._wake(victim, full)
         self.line.push(ticket, now)
         self.kick(now)  # in deadline order it may be first in line
         if ticket.outcome is not None:
@@ -161,8 +166,9 @@ class Scheduler:
     def _admit_waiting(self, now: float) -> None:
         line = self.line
         line.reorder(self.queue_order(), self.inputs.limits().ttft_target, now)
+        self._advance(now)
         while True:
-            ticket = line.head(now)
+            ticket = line.head()
             if ticket is None or ticket.asked == self._state():
                 return
             outcome = self._decide(ticket, now)
@@ -173,14 +179,27 @@ class Scheduler:
             self._wake(ticket, outcome)
 
     def expire(self, now: float) -> None:
-        """Refuse waiting tickets whose request deadline has passed (504)."""
+        """Let time pass in line: refuse waiting tickets whose request deadline has passed (504),
+        and those that can no longer meet their TTFT target when their class refuses late work."""
+        self._advance(now)
         for ticket in self.line.expired(now):
             self._wake(ticket, Refusal(504, "queue_timeout", "no capacity within system.request_timeout "
                                        f"({self.request_timeout:g} s)"))
 
+    def _advance(self, now: float) -> None:
+        for ticket in self.line.advance(now):
+            level = ticket.features.level
+            if level.late == "refuse":
+                self.line.remove(ticket)
+                target = level.ttft if level.ttft is not None else self.line.ttft_target
+                self._wake(ticket, Refusal(429, "ttft_expired", f"no capacity within the {target:g} s to the first "
+                                           f"token that class {level.name!r} allows; it refuses late work",
+                                           retry_after=1))
+
     def next_deadline(self) -> float | None:
         """When :meth:`expire` next has something to do, if anyone waits."""
-        return self.line.next_deadline()
+        times = [t for t in (self.line.next_deadline(), self.line.next_lateness()) if t is not None]
+        return min(times) if times else None
 
     def withdraw(self, ticket: Ticket) -> None:
         """A waiting ticket leaves the line without an outcome (its client left)."""
@@ -201,8 +220,8 @@ class Scheduler:
 
     def _decide(self, ticket: Ticket, now: float) -> Outcome | None:
         snap = self.ledger.merge(self.inputs.observed(), self.inputs.engine_flags, now)
-        limits = self.inputs.limits()
         features = ticket.features
+        limits = limits_for(self.inputs.limits(), features)
         waited = now - ticket.arrived
         if waited > WAITED_MIN:  # the policy counts the wait
             features = replace(features, waited=waited)
@@ -266,7 +285,7 @@ class Scheduler:
 
     def reask(self, features: RequestFeatures, now: float) -> Decision:
         """The policy's decision for a request already under way (the CPU stopped at its limit)."""
-        return self.policy()(self.snapshot(now), features, self.inputs.limits())
+        return self.policy()(self.snapshot(now), features, limits_for(self.inputs.limits(), features))
 
     def take_other(self, ticket: Ticket, failed: str, now: float) -> str | None:
         """Once per ticket: a usable engine on the other device than ``failed``'s, reserved,

@@ -36,7 +36,9 @@ class Placement:
 class Refusal:
     """Why a request will not run: an HTTP status, a machine-readable reason and a message.
 
-    ``reason`` is one of ``queue_full``, ``no_engine``, ``stopping``, ``queue_timeout``.
+    ``reason`` is one of ``queue_full``, ``shed`` (a more important request took its place),
+    ``ttft_expired`` (it can no longer meet its TTFT target and its class refuses late work),
+    ``no_engine``, ``stopping``, ``queue_timeout``.
     """
 
     status: int
@@ -81,6 +83,7 @@ class Ticket:
     done: bool = False
     # -- the waiting line's bookkeeping (syshaxd.core.line) --
     seq: int = 0
+    placing: int = 0  # how many times it was placed in a lane (older heap entries are stale)
     lane: int = NOT_WAITING
     #: The core's state version at which the policy last held it (-1: not asked since).
     asked: int = -1

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from syshaxd.core import Outcome, Placement, Refusal
-from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures, ServiceLevel
 from syshaxd.snapshot import EngineState, Snapshot
 from tests.core.world import World, features, upto, view
 
@@ -148,6 +148,8 @@ def test_a_request_still_waiting_at_its_deadline_is_refused_with_a_504() -> None
     woken: list[Outcome] = []
     ticket = core.ticket("a", features("a"), now=5.0)
     core.arrive(ticket, now=5.0, wake=woken.append)
+    assert core.next_deadline() == 10.0  # it turns late (its class serves late work: it waits on)
+    core.expire(now=10.0)
     assert core.next_deadline() == 35.0
     core.expire(now=34.9)
     assert woken == []
@@ -156,6 +158,48 @@ def test_a_request_still_waiting_at_its_deadline_is_refused_with_a_504() -> None
     assert isinstance(refused, Refusal) and (refused.status, refused.reason) == (504, "queue_timeout")
     assert refused.message == "no capacity within system.request_timeout (30 s)"
     assert core.waiting == 0 and core.next_deadline() is None
+
+
+def test_a_class_that_refuses_late_work_is_refused_when_its_ttft_target_passes_in_line() -> None:
+    world = _gpu_cpu(upto("gpu", 0))
+    core = world.scheduler()
+    woken: list[Outcome] = []
+    strict = ServiceLevel("realtime", ttft=2.0, late="refuse")
+    core.arrive(core.ticket("a", features("a", level=strict), now=1.0), now=1.0, wake=woken.append)
+    core.arrive(core.ticket("b", features("b"), now=1.0), now=1.0, wake=woken.append)
+    assert core.next_deadline() == 3.0
+    core.expire(now=3.0)
+    (refused,) = woken
+    assert isinstance(refused, Refusal) and (refused.status, refused.reason) == (429, "ttft_expired")
+    assert "class 'realtime'" in refused.message and core.waiting == 1
+
+
+def test_a_full_line_sheds_a_sheddable_request_for_one_that_is_not() -> None:
+    world = _gpu_cpu(upto("gpu", 0))
+    core = world.scheduler(queue_limit=2)
+    woken: dict[str, Outcome] = {}
+    shed = ServiceLevel("sheddable", priority=2, sheddable=True)
+    for name, level in (("s", shed), ("chat", ServiceLevel())):
+        core.arrive(core.ticket(name, features(name, level=level), 0.0), now=0.0,
+                    wake=lambda o, n=name: woken.setdefault(n, o))  # type: ignore[misc]
+    assert core.arrive(core.ticket("s2", features("s2", level=shed), 1.0), now=1.0).reason == "queue_full"  # type: ignore[union-attr]
+    assert core.arrive(core.ticket("chat2", features("chat2"), 1.0), now=1.0) is None
+    assert list(woken) == ["s"] and woken["s"].reason == "shed" and core.waiting == 2  # type: ignore[union-attr]
+
+
+def test_the_policy_is_asked_with_the_requests_own_targets() -> None:
+    seen: dict[str, tuple[float, float]] = {}
+
+    def note(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        seen[req.request_id] = (limits.ttft_target, limits.tpot_target)
+        return upto("gpu", 9)(snap, req, limits)
+
+    core = World([view("gpu0", "gpu")], note).scheduler()
+    levels = {"chat": ServiceLevel(), "batch": ServiceLevel("batch", ttft=60.0, tpot=1.0),
+              "report": ServiceLevel("report", ttft=30.0, deadline=130.0)}
+    for name, level in levels.items():
+        core.arrive(core.ticket(name, features(name, max_tokens=101, level=level), 0.0), now=0.0)
+    assert seen == {"chat": (5.0, 0.2), "batch": (60.0, 1.0), "report": (30.0, 1.0)}
 
 
 def test_a_forced_split_runs_as_a_split_wherever_the_policy_would_have_put_it() -> None:
@@ -217,3 +261,22 @@ def test_a_wake_that_ends_a_request_at_once_lets_the_next_one_in() -> None:
     core.arrive(core.ticket("y", features("y"), 0.0), now=0.0, wake=placed.append)
     core.release(running, "gpu0", now=1.0)
     assert len(placed) == 1 and isinstance(placed[0], Placement)
+
+
+def test_each_engine_shows_the_tightest_tpot_target_among_the_requests_it_holds() -> None:
+    core = World([view("gpu0", "gpu")], upto("gpu", 9)).scheduler()
+    loose, tight = ServiceLevel("batch", tpot=1.0), ServiceLevel("realtime", tpot=0.05)
+    batch = core.ticket("b", features("b", level=loose), 0.0)
+    realtime = core.ticket("r", features("r", level=tight), 0.0)
+    plain = core.ticket("p", features("p"), 0.0)
+    for ticket in (batch, realtime, plain):
+        core.arrive(ticket, now=0.0)
+
+    def tightest() -> float | None:
+        return core.snapshot(1.0).engines[0].tightest_tpot
+
+    assert tightest() == 0.05
+    core.finish(realtime, now=1.0)
+    assert tightest() == 1.0
+    core.finish(batch, now=2.0)
+    assert tightest() is None  # the decider's target is the policy's own to apply
