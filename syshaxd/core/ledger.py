@@ -39,6 +39,16 @@ class EngineBook:
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
     #: The TPOT targets of its requests that carry their own (a class's), with their counts.
     tpot_targets: Counter[float] = field(default_factory=Counter)
+    #: Engine-seconds per request so far: the integral of 1 / inflight over the time anything
+    #: was in flight (the engine's time split equally among the requests it holds), and when.
+    share: float = 0.0
+    share_at: float = 0.0
+
+    def tick(self, now: float) -> None:
+        """Bring the share clock to ``now`` (before any change of ``inflight``)."""
+        if self.inflight > 0 and now > self.share_at:
+            self.share += (now - self.share_at) / self.inflight
+        self.share_at = max(self.share_at, now)
 
 
 def evolve(obj: V, **changes: Any) -> V:
@@ -61,11 +71,13 @@ class Ledger:
         self.version = 0
         self._seen: tuple[Snapshot | None, dict[str, EngineView]] = (None, {})
 
-    def reserve(self, ticket: Ticket, name: str) -> None:
+    def reserve(self, ticket: Ticket, name: str, now: float) -> None:
         """Count ``ticket`` against engine ``name`` until released (once per engine)."""
         if name in ticket.holds:
             return
         book = self.engines[name]
+        book.tick(now)
+        ticket.shares[name] = ticket.shares.get(name, 0.0) - book.share
         ticket.holds.add(name)
         ticket.unstarted.add(name)
         book.inflight += 1
@@ -87,11 +99,13 @@ class Ledger:
         book.answers[ticket] = (now, ticket.features.max_tokens)
         self.version += 1
 
-    def release(self, ticket: Ticket, name: str) -> bool:
+    def release(self, ticket: Ticket, name: str, now: float) -> bool:
         """Stop counting ``ticket`` against engine ``name``; False when it was not counted."""
         if name not in ticket.holds:
             return False
         book = self.engines[name]
+        book.tick(now)
+        ticket.shares[name] += book.share
         if name in ticket.unstarted:
             ticket.unstarted.discard(name)
             book.scheduled -= 1
@@ -108,14 +122,18 @@ class Ledger:
         self.version += 1
         return True
 
-    def hold(self, name: str) -> None:
+    def hold(self, name: str, now: float) -> None:
         """Count a pass-through request (no placement, no tokens) against engine ``name``."""
-        self.engines[name].inflight += 1
+        book = self.engines[name]
+        book.tick(now)
+        book.inflight += 1
         self.version += 1
 
-    def unhold(self, name: str) -> None:
+    def unhold(self, name: str, now: float) -> None:
         """A pass-through request on engine ``name`` is over."""
-        self.engines[name].inflight -= 1
+        book = self.engines[name]
+        book.tick(now)
+        book.inflight -= 1
         self.version += 1
 
     def inflight(self) -> dict[str, int]:
