@@ -37,7 +37,7 @@ class EngineBook:
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     #: The answers it has started: the first byte's time and max_tokens, by ticket.
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
-    #: The TPOT targets of its requests that carry their own (a class's), with their counts.
+    #: The TPOT targets its requests were placed under, with their counts.
     tpot_targets: Counter[float] = field(default_factory=Counter)
     #: Engine-seconds per request so far: the integral of 1 / inflight over the time anything
     #: was in flight (the engine's time split equally among the requests it holds), and when.
@@ -84,8 +84,8 @@ class Ledger:
         book.scheduled += 1
         book.decode_tokens += ticket.features.max_tokens
         book.prompt_tokens += ticket.features.prompt_tokens
-        if ticket.features.level.tpot is not None:
-            book.tpot_targets[ticket.features.level.tpot] += 1
+        if ticket.tpot_target is not None:
+            book.tpot_targets[ticket.tpot_target] += 1
         self.version += 1
 
     def start(self, ticket: Ticket, name: str, now: float) -> None:
@@ -114,7 +114,7 @@ class Ledger:
         book.inflight -= 1
         book.decode_tokens -= ticket.features.max_tokens
         book.answers.pop(ticket, None)
-        tpot = ticket.features.level.tpot
+        tpot = ticket.tpot_target
         if tpot is not None:
             book.tpot_targets[tpot] -= 1
             if book.tpot_targets[tpot] <= 0:

@@ -239,6 +239,7 @@ class Scheduler:
             return Refusal(503, "no_engine", down_message(snap))
         if ticket.lane != NOT_WAITING:
             placement = replace(placement, waited=True)
+        ticket.tpot_target = limits.tpot_target
         for name in placement.engines:
             self.ledger.reserve(ticket, name, now)
         ticket.seen, ticket.limits, ticket.decided = snap, limits, now
