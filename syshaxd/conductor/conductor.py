@@ -290,7 +290,7 @@ class Conductor:
         if not self.accepting:
             raise ApiError(503, "syshaxd is shutting down", type="service_unavailable")
         token = object()
-        self.core.hold(engine.name)
+        self.core.hold(engine.name, time.monotonic())
         self.books.opened(token)  # the daemon's drain waits for it
         return token
 

@@ -37,8 +37,18 @@ class EngineBook:
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     #: The answers it has started: the first byte's time and max_tokens, by ticket.
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
-    #: The TPOT targets of its requests that carry their own (a class's), with their counts.
+    #: The TPOT targets its requests were placed under, with their counts.
     tpot_targets: Counter[float] = field(default_factory=Counter)
+    #: Engine-seconds per request so far: the integral of 1 / inflight over the time anything
+    #: was in flight (the engine's time split equally among the requests it holds), and when.
+    share: float = 0.0
+    share_at: float = 0.0
+
+    def tick(self, now: float) -> None:
+        """Bring the share clock to ``now`` (before any change of ``inflight``)."""
+        if self.inflight > 0 and now > self.share_at:
+            self.share += (now - self.share_at) / self.inflight
+        self.share_at = max(self.share_at, now)
 
 
 def evolve(obj: V, **changes: Any) -> V:
@@ -61,19 +71,21 @@ class Ledger:
         self.version = 0
         self._seen: tuple[Snapshot | None, dict[str, EngineView]] = (None, {})
 
-    def reserve(self, ticket: Ticket, name: str) -> None:
+    def reserve(self, ticket: Ticket, name: str, now: float) -> None:
         """Count ``ticket`` against engine ``name`` until released (once per engine)."""
         if name in ticket.holds:
             return
         book = self.engines[name]
+        book.tick(now)
+        ticket.shares[name] = ticket.shares.get(name, 0.0) - book.share
         ticket.holds.add(name)
         ticket.unstarted.add(name)
         book.inflight += 1
         book.scheduled += 1
         book.decode_tokens += ticket.features.max_tokens
         book.prompt_tokens += ticket.features.prompt_tokens
-        if ticket.features.level.tpot is not None:
-            book.tpot_targets[ticket.features.level.tpot] += 1
+        if ticket.tpot_target is not None:
+            book.tpot_targets[ticket.tpot_target] += 1
         self.version += 1
 
     def start(self, ticket: Ticket, name: str, now: float) -> None:
@@ -87,11 +99,13 @@ class Ledger:
         book.answers[ticket] = (now, ticket.features.max_tokens)
         self.version += 1
 
-    def release(self, ticket: Ticket, name: str) -> bool:
+    def release(self, ticket: Ticket, name: str, now: float) -> bool:
         """Stop counting ``ticket`` against engine ``name``; False when it was not counted."""
         if name not in ticket.holds:
             return False
         book = self.engines[name]
+        book.tick(now)
+        ticket.shares[name] += book.share
         if name in ticket.unstarted:
             ticket.unstarted.discard(name)
             book.scheduled -= 1
@@ -100,7 +114,7 @@ class Ledger:
         book.inflight -= 1
         book.decode_tokens -= ticket.features.max_tokens
         book.answers.pop(ticket, None)
-        tpot = ticket.features.level.tpot
+        tpot = ticket.tpot_target
         if tpot is not None:
             book.tpot_targets[tpot] -= 1
             if book.tpot_targets[tpot] <= 0:
@@ -108,14 +122,18 @@ class Ledger:
         self.version += 1
         return True
 
-    def hold(self, name: str) -> None:
+    def hold(self, name: str, now: float) -> None:
         """Count a pass-through request (no placement, no tokens) against engine ``name``."""
-        self.engines[name].inflight += 1
+        book = self.engines[name]
+        book.tick(now)
+        book.inflight += 1
         self.version += 1
 
-    def unhold(self, name: str) -> None:
+    def unhold(self, name: str, now: float) -> None:
         """A pass-through request on engine ``name`` is over."""
-        self.engines[name].inflight -= 1
+        book = self.engines[name]
+        book.tick(now)
+        book.inflight -= 1
         self.version += 1
 
     def inflight(self) -> dict[str, int]:

@@ -239,8 +239,9 @@ class Scheduler:
             return Refusal(503, "no_engine", down_message(snap))
         if ticket.lane != NOT_WAITING:
             placement = replace(placement, waited=True)
+        ticket.tpot_target = limits.tpot_target
         for name in placement.engines:
-            self.ledger.reserve(ticket, name)
+            self.ledger.reserve(ticket, name, now)
         ticket.seen, ticket.limits, ticket.decided = snap, limits, now
         return placement
 
@@ -265,7 +266,7 @@ class Scheduler:
 
     def release(self, ticket: Ticket, engine: str, now: float) -> bool:
         """Engine ``engine``'s part of ``ticket`` is over; waiting tickets may take its room."""
-        if not self.ledger.release(ticket, engine):
+        if not self.ledger.release(ticket, engine, now):
             return False
         self.kick(now)
         return True
@@ -279,7 +280,7 @@ class Scheduler:
         ticket.wake = None
         released = False
         for name in list(ticket.holds):
-            released = self.ledger.release(ticket, name) or released
+            released = self.ledger.release(ticket, name, now) or released
         if released:
             self.kick(now)
 
@@ -297,7 +298,7 @@ class Scheduler:
         if view is None:
             return None
         ticket.resubmitted = True
-        self.ledger.reserve(ticket, view.name)
+        self.ledger.reserve(ticket, view.name, now)
         return view.name
 
     # -- requests the core does not place (pass-through routes) ----------------------------
@@ -310,13 +311,13 @@ class Scheduler:
                  for view in sorted(snap.usable(device), key=lambda v: (v.inflight, v.name))]  # type: ignore[arg-type]
         return found or Refusal(503, "no_engine", down_message(snap))
 
-    def hold(self, engine: str) -> None:
+    def hold(self, engine: str, now: float) -> None:
         """Count a pass-through request against ``engine``."""
-        self.ledger.hold(engine)
+        self.ledger.hold(engine, now)
 
     def unhold(self, engine: str, now: float) -> None:
         """A pass-through request on ``engine`` is over."""
-        self.ledger.unhold(engine)
+        self.ledger.unhold(engine, now)
         self.kick(now)
 
 

@@ -71,6 +71,10 @@ class Ticket:
     #: Engines it is counted against (in flight), and those of them it has not started on.
     holds: set[str] = field(default_factory=set)
     unstarted: set[str] = field(default_factory=set)
+    #: The TPOT target it was placed under (its class's, or the decider's then).
+    tpot_target: float | None = None
+    #: Engine-seconds it was given by each engine it held (complete once released there).
+    shares: dict[str, float] = field(default_factory=dict)
     placement: Placement | None = None
     refusal: Refusal | None = None
     #: What the policy saw when it placed the ticket, the limits it applied, and when.

@@ -263,7 +263,7 @@ def test_a_wake_that_ends_a_request_at_once_lets_the_next_one_in() -> None:
     assert len(placed) == 1 and isinstance(placed[0], Placement)
 
 
-def test_each_engine_shows_the_tightest_tpot_target_among_the_requests_it_holds() -> None:
+def test_each_engine_shows_the_tightest_tpot_target_its_requests_were_placed_under() -> None:
     core = World([view("gpu0", "gpu")], upto("gpu", 9)).scheduler()
     loose, tight = ServiceLevel("batch", tpot=1.0), ServiceLevel("realtime", tpot=0.05)
     batch = core.ticket("b", features("b", level=loose), 0.0)
@@ -277,6 +277,18 @@ def test_each_engine_shows_the_tightest_tpot_target_among_the_requests_it_holds(
 
     assert tightest() == 0.05
     core.finish(realtime, now=1.0)
+    assert tightest() == 0.2  # the plain request runs on the decider's target
+    core.finish(plain, now=2.0)
     assert tightest() == 1.0
-    core.finish(batch, now=2.0)
-    assert tightest() is None  # the decider's target is the policy's own to apply
+    core.finish(batch, now=3.0)
+    assert tightest() is None
+
+
+def test_each_request_is_given_its_share_of_the_engine_time_it_held() -> None:
+    core = World([view("gpu0", "gpu")], upto("gpu", 9)).scheduler()
+    a, b = core.ticket("a", features("a"), 0.0), core.ticket("b", features("b"), 0.0)
+    core.arrive(a, now=0.0)
+    core.arrive(b, now=2.0)  # a alone for 2 s, then both for 4 s: a 2 + 2, b 2, then b alone 3 s
+    core.finish(a, now=6.0)
+    core.finish(b, now=9.0)
+    assert a.shares == {"gpu0": pytest.approx(4.0)} and b.shares == {"gpu0": pytest.approx(5.0)}
