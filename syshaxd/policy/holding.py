@@ -16,7 +16,8 @@ while all of these hold (an idle engine always admits: a request alone breaks no
   again, stalling the batch each time. A short prompt's recompute is a stall it absorbs.
 - **TPOT.** The batch's projected time per output token, ``tpot(B + 1)`` plus the prefill
   of the prompts on their way and this one spread over the tokens the running answers
-  still write, stays under ``Tuning.tpot_guard`` of the target.
+  still write, stays under ``Tuning.tpot_guard`` of the tightest TPOT target among the
+  batch's requests and this one (:func:`batch_tpot_target`).
 
 A request already past its TTFT target gets the GPU only where it has slack
 (:func:`gpu_slack`). The runs that set the thresholds: docs/benchmarks.md, "Why adaptive
