@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 from sim.report import RequestResult
 from sim.traces import TraceRequest
-from syshaxd.config import Handoff, ModelParams, Monitor
+from syshaxd.config import ModelParams, Monitor
 from syshaxd.core import Ticket
 from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
 from syshaxd.policy.queueing import QueueOrder
-from syshaxd.routing import Decision, Limits, RequestFeatures
+from syshaxd.routing import Decision, Handoff, Limits, RequestFeatures
 
 __all__ = ["Change", "Flight", "RunOptions"]
 

@@ -28,14 +28,12 @@ from sim.flight import Change, Flight, RunOptions
 from sim.report import RunResult, summarise
 from sim.traces import TraceRequest
 from sim.virtual_engine import EngineSpec, RunEngine, VirtualEngine
-from syshaxd.config import Handoff
 from syshaxd.core import EngineBook, Outcome, Refusal, Scheduler
-from syshaxd.routing import Limits, Mode, Policy, RequestFeatures
+from syshaxd.routing import Handoff, Limits, Mode, Policy, RequestFeatures
 from syshaxd.snapshot import Snapshot
 
 __all__ = ["Change", "EngineSpec", "RunOptions", "VirtualConductor", "run"]
 
-INF = math.inf
 #: The name a policy function given to the runner goes by in the core.
 CUSTOM = "custom"
 
@@ -218,16 +216,16 @@ class VirtualConductor:
         engines = list(self.engines.values())
         core = self.core
         while arrivals or self.open:
-            t_arrival = arrivals[0][1].arrival if arrivals else INF
-            t_deadline = self.deadlines[0][0] if self.deadlines else INF
+            t_arrival = arrivals[0][1].arrival if arrivals else math.inf
+            t_deadline = self.deadlines[0][0] if self.deadlines else math.inf
             t_waiting = core.next_deadline()
-            t_waiting = INF if t_waiting is None else t_waiting
+            t_waiting = math.inf if t_waiting is None else t_waiting
             times = [e.next_time() for e in engines]
             t_engine = min(times)
             first = engines[times.index(t_engine)]
-            t_change = self.changes[0].at if self.changes else INF
+            t_change = self.changes[0].at if self.changes else math.inf
             t = min(t_arrival, t_deadline, t_waiting, t_engine, next_scrape, t_change)
-            if t == INF:
+            if t == math.inf:
                 raise RuntimeError("virtual conductor stuck: requests open but no engine can run them")
             self.now = max(self.now, t)
             if t_engine == t and first.pending is not None:

@@ -16,7 +16,7 @@ HTTP front a test puts before it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -170,7 +170,3 @@ class ScriptedEngine:
         """A scripted engine preempts nothing."""
         return 0
 
-
-def scripted_engines(specs: Sequence[EngineSpec], actions: Sequence[Action]) -> list[ScriptedEngine]:
-    """One scripted engine per spec, each with its share of ``actions``."""
-    return [ScriptedEngine(spec, actions) for spec in specs]
