@@ -12,7 +12,7 @@ full), then
 
 Per operation, in microseconds, best of ``--repeat`` runs; the ratio to the 10-waiting
 figure says whether it stays flat (target: admission at 10,000 within 3x of 10). Before it
-reports, it checks it can see growth: a walk of the whole line (what a kick used to do) must
+reports, it checks it can see growth: the O(n) walk of the whole line must
 grow with N, or the clock is too coarse to tell flat from linear and it refuses.
 """
 
@@ -109,7 +109,7 @@ def measure(size: int, order: str, admit: int, repeat: int) -> dict[str, float]:
         core, box = _line(size, order, admit)
         gc.collect()
         t0 = time.perf_counter()
-        sum(1 for _ in core.line.drain())  # every waiting request visited once: the old kick's cost
+        sum(1 for _ in core.line.drain())  # every waiting request visited once: an O(n) walk
         best["walk"] = min(best["walk"], time.perf_counter() - t0)
     return {**{k: v * 1e6 for k, v in best.items()}, "policy_calls_per_admission": calls, "admitted": float(room)}
 
