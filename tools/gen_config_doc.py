@@ -35,6 +35,8 @@ SECTIONS: dict[str, str] = {
     "monitor": "How often and how patiently the engines are scraped.",
     "control": "The control socket (console, `syshax status`/`set`) and where runtime changes are kept.",
     "logging": "Logging.",
+    "service": "Service classes: each request's targets, priority and whether it may be shed, and the rules that "
+               "pick a class (see docs/service-levels.md). Every key here can change while the daemon runs.",
 }
 
 

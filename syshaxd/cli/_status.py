@@ -92,14 +92,23 @@ def host_table(host: HostModel) -> Table:
     return table
 
 
+def _short(value: object) -> str:
+    """A value for the table: a mapping of sections by its names (``syshax config get`` shows it all)."""
+    if isinstance(value, dict) and value and all(isinstance(v, dict) for v in value.values()):
+        return ", ".join(value)
+    if isinstance(value, list) and len(value) > 2:
+        return f"{len(value)} entries"
+    return display_value(value)
+
+
 def config_table(state: StateModel) -> Table:
     """Runtime keys, values and where each came from."""
     table = Table(title="runtime config", title_justify="left")
-    table.add_column("key")
-    table.add_column("value")
-    table.add_column("from")
+    table.add_column("key", no_wrap=True)
+    table.add_column("value", overflow="fold")
+    table.add_column("from", no_wrap=True)
     for key, value in sorted(state.config.items()):
-        table.add_row(key, display_value(value), state.config_sources.get(key, "default"))
+        table.add_row(key, _short(value), state.config_sources.get(key, "default"))
     return table
 
 

@@ -9,6 +9,14 @@ file and saving overrides (``edits``), engine flags (``flags``) and the running 
 
 from __future__ import annotations
 
+from syshaxd.config.classes import (
+    ClassRule,
+    RequestFields,
+    ServiceClass,
+    ServiceLevels,
+    classify,
+    reachable,
+)
 from syshaxd.config.dotted import get_dotted
 from syshaxd.config.edits import display_value, save_overrides, set_in_file
 from syshaxd.config.files import ConfigError, atomic_write, parse_value
@@ -50,6 +58,7 @@ from syshaxd.config.validate import validate
 from syshaxd.routing import Handoff
 
 __all__ = [
+    "ClassRule", "RequestFields", "ServiceClass", "ServiceLevels", "classify", "reachable",
     "RUNTIME_KEYS", "UNSAVED",
     "ConductorService", "Config", "ConfigError", "Control", "CpuService", "Decider", "DeviceService", "Dialect",
     "EngineEndpoint", "EngineFlags", "EngineSpec", "GpuService", "Handoff", "KeyInfo", "LoadedConfig", "Logging",

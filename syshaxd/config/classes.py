@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -35,6 +35,8 @@ class _Strict(BaseModel):
 
 class ServiceClass(_Strict):
     """One class of service."""
+
+    EXAMPLE: ClassVar[str] = "batch: {ttft_ms: 60000, tpot_ms: 1000, priority: 1}"
 
     ttft_ms: int | None = Field(default=None, ge=MIN_TTFT_MS, description="Time to the first token, ms "
                                 "(null: decider.ttft_target)")
@@ -65,6 +67,8 @@ class ServiceClass(_Strict):
 
 class ClassRule(_Strict):
     """Requests that match every condition given run in ``class``."""
+
+    EXAMPLE: ClassVar[str] = "{class: batch, max_tokens_at_least: 2000}"
 
     class_: str = Field(alias="class", description="The class these requests run in")
     model: str | None = Field(default=None, description="Model name, a glob (e.g. 'eval-*')")

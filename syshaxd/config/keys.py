@@ -49,6 +49,18 @@ def _optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def _fields(model: Any) -> str:
+    return ", ".join(f.alias or name for name, f in model.model_fields.items())
+
+
+def _label(model: Any) -> str:
+    """A section model's name in a type: ``EngineEndpoint`` -> ``endpoint``, ``ClassRule`` -> ``rule``."""
+    name: str = model.__name__
+    for word in ("Engine", "Class", "Service"):
+        name = name.removeprefix(word) or name
+    return name.lower()
+
+
 def type_name(tp: Any) -> str:
     """A short readable name of a field type: ``int``, ``int | null``, ``'a' | 'b'``."""
     inner, nullable = _optional(tp)
@@ -61,7 +73,10 @@ def type_name(tp: Any) -> str:
         return " | ".join(type_name(a) for a in get_args(tp))
     if origin is list:
         (item,) = get_args(tp) or (Any,)
-        return f"list[{'endpoint' if is_model(item) else type_name(item)}]"
+        return f"list[{_label(item) if is_model(item) else type_name(item)}]"
+    if origin is dict:
+        _, item = get_args(tp) or (Any, Any)
+        return f"map of {_label(item) if is_model(item) else type_name(item)}"
     if tp is type(None):
         return "null"
     if tp is SecretStr:
@@ -94,8 +109,14 @@ def allowed_text(tp: Any, info: FieldInfo | None = None) -> str:
     if origin is list:
         (item,) = get_args(tp) or (Any,)
         if is_model(item):
-            return f"a list of mappings {{{', '.join(item.model_fields)}}}, e.g. [{{port: 8003}}]"
+            return f"a list of mappings {{{_fields(item)}}}, e.g. [{getattr(item, 'EXAMPLE', '{...}')}]"
         return "a list"
+    if origin is dict:
+        _, item = get_args(tp) or (Any, Any)
+        if is_model(item):
+            return (f"a mapping of names to {{{_fields(item)}}}, e.g. "
+                    f"{{{getattr(item, 'EXAMPLE', 'name: {...}')}}}")
+        return "a mapping"
     if tp is bool:
         return "true or false"
     if tp is int:
@@ -133,7 +154,7 @@ def from_text(tp: Any, raw: str) -> Any:
             return float(word)
         except ValueError:
             return raw
-    if get_origin(tp) is list:
+    if get_origin(tp) in (list, dict):
         return parse_value(raw)
     return raw
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
+from syshaxd.config.classes import ServiceLevels
 from syshaxd.config.keys import KeyInfo, allowed_text, type_name
 from syshaxd.routing import Handoff
 
@@ -31,6 +32,8 @@ class _Strict(BaseModel):
 
 class EngineEndpoint(_Strict):
     """One more engine on a device, beside the service's main host and port."""
+
+    EXAMPLE: ClassVar[str] = "{port: 8003}"
 
     name: str | None = Field(
         default=None, description="Name shown in the console (default: device + index)"
@@ -326,10 +329,12 @@ class Config(_Strict):
     monitor: Monitor = Field(default_factory=Monitor)
     control: Control = Field(default_factory=Control)
     logging: Logging = Field(default_factory=Logging)
+    service: ServiceLevels = Field(default_factory=ServiceLevels)
 
 
 #: Keys the running daemon may change without a restart (PATCH /v1/config, `syshax set`).
-RUNTIME_KEYS: frozenset[str] = frozenset(f"decider.{name}" for name in Decider.model_fields) | {
+RUNTIME_KEYS: frozenset[str] = frozenset(f"decider.{name}" for name in Decider.model_fields) | frozenset(
+    f"service.{name}" for name in ServiceLevels.model_fields) | {
     "monitor.interval",
     "logging.level",
 }

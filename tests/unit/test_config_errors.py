@@ -61,7 +61,7 @@ CASES: list[tuple[str, str, str]] = [
         "unknown section",
         "decidr:\n  policy: classic\n",
         "1: unknown key 'decidr' (did you mean 'decider'?); "
-        "allowed in the top level: services, models, system, decider, monitor, control, logging",
+        "allowed in the top level: services, models, system, decider, monitor, control, logging, service",
     ),
     (
         "key in the wrong section",
