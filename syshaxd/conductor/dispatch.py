@@ -19,10 +19,10 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from syshaxd.conductor.answers import BodyRelay, CompletionRelay, StreamRelay
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
-from syshaxd.conductor.relay import BodyRelay, Relay, StreamRelay
 from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
 from syshaxd.conductor.split import Split
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
@@ -137,7 +137,7 @@ class Dispatcher(Generic[F]):
 
     # -- one engine, bytes passed through --------------------------------------------
 
-    def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> Relay:
+    def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> CompletionRelay:
         kind = StreamRelay if flight.parsed.stream else BodyRelay
         return kind(flight, up, reply, self.timeout_message())
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from syshaxd.engines import EngineRejected
-from syshaxd.errors import ApiError, engine_error_message, error_body
+from syshaxd.errors import ApiError, engine_error_message, error_body, sse_error
 
 Headers = Sequence[tuple[bytes, bytes]]
 JSON: Headers = ((b"content-type", b"application/json"),)
@@ -56,6 +56,10 @@ class Reply(Protocol):
 
     def end(self) -> None:
         """The answer is complete."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the client's connection: an answer cut short must not pass for a whole one."""
         ...
 
     def when_gone(self, callback: Callable[[], None]) -> None:
@@ -112,6 +116,14 @@ def send_error(reply: Reply, error: ApiError, request_id: str | None = None) -> 
         headers.append(request_id_header(request_id))
     reply.start(error.status, headers, len(body))
     reply.write(body)
+    reply.end()
+
+
+def end_stream(reply: Reply, error: ApiError) -> None:
+    """End an event stream that has begun with ``error`` as an event, then ``[DONE]``."""
+    if not reply.gone:
+        reply.write(sse_error(error.message, type=error.type, code=error.code or str(error.status)))
+    reply.flow(None)
     reply.end()
 
 
