@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from syshaxd.engines import EngineRejected
-from syshaxd.errors import ApiError, engine_error_message, error_body, sse_error
+from syshaxd.errors import ApiError, engine_error_message
 
 Headers = Sequence[tuple[bytes, bytes]]
 JSON: Headers = ((b"content-type", b"application/json"),)
@@ -90,27 +90,32 @@ def send_whole(reply: Reply, status: int, body: bytes, request_id: str, headers:
 def send_rejected(reply: Reply, rejected: EngineRejected, request_id: str) -> None:
     """An engine refused the request itself (4xx): the client gets that answer, nothing is retried.
 
-    The body is the engine's, reshaped to OpenAI's error object when it is not one already.
+    The body is the engine's when it is OpenAI's error object already, else reshaped to one.
     """
-    body = rejected.body
     try:
         data = json.loads(rejected.body)
-        reshape = not (isinstance(data, dict) and isinstance(data.get("error"), dict))
+        theirs = isinstance(data, dict) and isinstance(data.get("error"), dict)
     except (ValueError, UnicodeDecodeError):
-        reshape = True
-    if reshape:
-        message = engine_error_message(rejected.status, rejected.body)
-        kind = "not_found_error" if rejected.status == 404 else "invalid_request_error"
-        body = json.dumps(error_body(message, type=kind, code=str(rejected.status))).encode()
-    send_whole(reply, rejected.status, body, request_id)
+        theirs = False
+    if theirs:
+        send_whole(reply, rejected.status, rejected.body, request_id)
+        return
+    kind = "not_found_error" if rejected.status == 404 else "invalid_request_error"
+    send_error(reply, ApiError(rejected.status, engine_error_message(rejected.status, rejected.body), type=kind),
+               request_id)
 
 
 def send_error(reply: Reply, error: ApiError, request_id: str | None = None) -> None:
-    """An OpenAI error object as the whole answer; once an answer has begun, just its end."""
+    """An OpenAI error object as the whole answer: the one way an error reaches a client.
+
+    An answer that has begun cannot become an error any more: it is cut (the client's
+    connection dropped) so that what was sent never passes for a whole answer. A stream that
+    knows it stands between two events ends with the error inside it instead (:func:`end_stream`).
+    """
     if reply.started:
-        reply.end()
+        reply.abort()
         return
-    body = json.dumps(error.body(), ensure_ascii=False, separators=(",", ":")).encode()
+    body = error.json()
     headers = [*JSON, *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items())]
     if request_id is not None:
         headers.append(request_id_header(request_id))
@@ -120,9 +125,10 @@ def send_error(reply: Reply, error: ApiError, request_id: str | None = None) -> 
 
 
 def end_stream(reply: Reply, error: ApiError) -> None:
-    """End an event stream that has begun with ``error`` as an event, then ``[DONE]``."""
+    """End an event stream that has begun, between two events, with ``error``: its event, then
+    ``[DONE]``, then the stream's clean end."""
     if not reply.gone:
-        reply.write(sse_error(error.message, type=error.type, code=error.code or str(error.status)))
+        reply.write(error.event())
     reply.flow(None)
     reply.end()
 
