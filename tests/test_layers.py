@@ -33,12 +33,13 @@ RANKS: dict[str, int] = {
     "engines": 2,
     "monitor": 3, "policy": 3,
     "conductor": 4,
-    "api": 5, "control": 5,
+    "api": 5, "control": 5, "control_client": 5,  # the control API's server and its client
     "service": 6,
     "cli": 7, "__main__": 7,
 }
-#: What the console may take from the daemon (no config model, no server stack).
-CONSOLE_MAY_USE = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate"}
+#: What the console may take from the daemon (no config model, no server stack): the wire
+#: vocabulary, and the control API's client, which the console shares with ``syshax``.
+CONSOLE_MAY_USE = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate", "syshaxd.control_client"}
 #: Third-party and standard modules that mean I/O: policies are pure functions.
 IO_MODULES = {"httpx", "httpcore", "asyncio", "socket", "fastapi", "starlette", "uvicorn", "psutil",
               "subprocess", "urllib", "http", "prometheus_client", "yaml", "ruamel", "requests", "aiohttp"}
@@ -53,6 +54,7 @@ _SERVER_STACK = {"fastapi", "starlette", "uvicorn", "textual"}
 NOT_LOADED: dict[str, set[str]] = {
     "config": _SERVER_STACK | {"httpx"}, "policy": _SERVER_STACK | {"httpx", "psutil"},
     "engines": _SERVER_STACK, "monitor": _SERVER_STACK, "conductor": _SERVER_STACK,
+    "control_client": _SERVER_STACK | {"ruamel", "prometheus_client", "psutil"},  # the console loads it
 }
 
 
@@ -235,7 +237,8 @@ def _left_of(name: str) -> tuple[str, ...]:
     return tuple(f"syshaxd.{other}" for other, rank in RANKS.items() if rank < RANKS[name] or other == name)
 
 
-@pytest.mark.parametrize("name", ["config", "engines", "monitor", "policy", "conductor", "api", "control", "service"])
+@pytest.mark.parametrize("name", ["config", "engines", "monitor", "policy", "conductor", "api", "control",
+                                  "control_client", "service"])
 def test_each_layer_imported_alone_loads_only_layers_to_its_left(name: str) -> None:
     code = ALONE.format(module=f"syshaxd.{name}", ours=("syshaxd", "sim", "demo", "console"),
                         allowed=("syshaxd",), prefixes=_left_of(name),
