@@ -21,8 +21,8 @@ from typing import Any, cast
 
 import httptools
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.guard import MAX_HEADER_BYTES, Guard
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response, status_only
 from syshaxd.conductor import send_error
 from syshaxd.engines import set_nodelay
