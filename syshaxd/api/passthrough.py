@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import Protocol
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.completions import request_id
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.api.server import Handler
 from syshaxd.conductor import Relay, end_to_end, request_id_header
