@@ -63,7 +63,7 @@ class PassRelay(Relay):
 
     def __init__(self, reply: Response, engine: str, seconds: float, timeout_message: str, rid: str,
                  finished: Callable[[str], None], final: bool = False) -> None:
-        super().__init__(reply, engine, seconds, timeout_message)
+        super().__init__(asyncio.get_running_loop(), reply, engine, seconds, timeout_message)
         self.rid = rid
         self.final = final
         self._done = finished

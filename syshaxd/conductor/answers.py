@@ -9,6 +9,8 @@ engine's error status before that is an early failure: a 4xx the client's fault
 
 from __future__ import annotations
 
+import asyncio
+
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import DONE_EVENT, Relay
 from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, request_id_header
@@ -23,8 +25,9 @@ SNIFF_LIMIT = 64 * 1024
 class CompletionRelay(Relay):
     """A completion's answer from one engine, counted in the flight's books."""
 
-    def __init__(self, flight: Flight, engine: EngineClient, reply: Reply, timeout_message: str) -> None:
-        super().__init__(reply, engine.name, flight.remaining(), timeout_message)
+    def __init__(self, loop: asyncio.AbstractEventLoop, flight: Flight, engine: EngineClient, reply: Reply,
+                 timeout_message: str) -> None:
+        super().__init__(loop, reply, engine.name, flight.remaining(), timeout_message)
         self.flight = flight
         self.up = engine
 
@@ -44,8 +47,9 @@ class CompletionRelay(Relay):
 class StreamRelay(CompletionRelay):
     """A streamed completion, passed through as it comes once its first event is in."""
 
-    def __init__(self, flight: Flight, engine: EngineClient, reply: Reply, timeout_message: str) -> None:
-        super().__init__(flight, engine, reply, timeout_message)
+    def __init__(self, loop: asyncio.AbstractEventLoop, flight: Flight, engine: EngineClient, reply: Reply,
+                 timeout_message: str) -> None:
+        super().__init__(loop, flight, engine, reply, timeout_message)
         self._decoder = Decoder(strict=True)
         self._sniffed = 0
 

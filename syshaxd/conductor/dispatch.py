@@ -68,6 +68,7 @@ class Dispatcher(Generic[F]):
         self.engines = tuple(engines)
         self.split = Split(handoff, whole=self.whole, timeout=self._timeout)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the daemon's one loop, looked up once
 
     async def startup_checks(self) -> None:
         """The handoff protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
@@ -139,7 +140,9 @@ class Dispatcher(Generic[F]):
 
     def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> CompletionRelay:
         kind = StreamRelay if flight.parsed.stream else BodyRelay
-        return kind(flight, up, reply, self.timeout_message())
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return kind(self._loop, flight, up, reply, self.timeout_message())
 
     @staticmethod
     def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:

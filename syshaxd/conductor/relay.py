@@ -62,7 +62,9 @@ class Relay:
     hooks :meth:`started`, :meth:`passing` and :meth:`finished`.
     """
 
-    def __init__(self, reply: Reply, engine: str, seconds: float, timeout_message: str) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, reply: Reply, engine: str, seconds: float,
+                 timeout_message: str) -> None:
+        self.loop = loop  # given, not looked up: asyncio.get_running_loop() costs a getpid() each time
         self.reply = reply
         self.engine = engine  # its name, for messages
         self.exchange: Exchange | None = None
@@ -78,7 +80,7 @@ class Relay:
         self._failed: EarlyFailure | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._early: BaseException | None = None
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, seconds), self._expire)
+        self._timer = loop.call_later(max(0.0, seconds), self._expire)
         reply.when_gone(self._client_gone)
 
     # -- how the sender learns the outcome of the first part ---------------------------
@@ -100,7 +102,7 @@ class Relay:
             return
         if self._early is not None:
             raise self._early
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self.loop.create_future()
         try:
             await self._waiter
         except BaseException:
@@ -122,24 +124,36 @@ class Relay:
             return
         if self.committed:
             self.reply.write(data)
-            if self.stream:
-                self.events += data.count(b"data:")
-                self.tail = (self.tail + data)[-64:] if len(data) < 64 else data[-64:]
-            self.passing()
+            self._passed(data)
             return
         self._held.append(data)
         self.holding(data)
 
-    def on_end(self) -> None:
+    def on_end(self, last: bytes = b"") -> None:
         if self._over:
             return
+        self._ended = True
         if not self.committed:
-            self._ended = True
-            self.complete(b"".join(self._held))
-            if self._over or not self.committed:
-                return
+            if last:
+                self._held.append(last)
+                self.holding(last)
+                last = b""
+                if self._over:
+                    return
+            if not self.committed:
+                self.complete(b"".join(self._held))
+                if self._over or not self.committed:
+                    return
+        elif last:
+            self._passed(last)
         outcome, error = self.verdict()
-        self.close(outcome, error)
+        self.close(outcome, error, last)
+
+    def _passed(self, data: bytes) -> None:
+        if self.stream:
+            self.events += data.count(b"data:")
+            self.tail = (self.tail + data)[-64:] if len(data) < 64 else data[-64:]
+        self.passing()
 
     def on_lost(self, exc: BaseException) -> None:
         if self._over:
@@ -186,14 +200,12 @@ class Relay:
         self._held = []
         self.committed = True
         self.stream = stream
-        self.reply.start(status, headers, length)
+        self.reply.start(status, headers, length, held)
         if not self._ended:  # an ended answer's connection is back in the pool: never pause it
             self.reply.flow(self.exchange)
-        if held:
-            self.reply.write(held)
-            if stream:
-                self.events = held.count(b"data:")
-                self.tail = held[-64:]
+        if held and stream:
+            self.events = held.count(b"data:")
+            self.tail = held[-64:]
         self.started()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
@@ -207,14 +219,19 @@ class Relay:
         elif self._failed is not None:
             self._failed(exc)
 
-    def close(self, outcome: str, error: ApiError | None = None) -> None:
-        """End the client's answer -- with ``error`` by the one rule for a failure after the
-        first byte -- then finish: the client has its last bytes before the books are written."""
+    def close(self, outcome: str, error: ApiError | None = None, last: bytes = b"") -> None:
+        """End the client's answer (``last``: its final bytes, not yet written) -- with ``error``
+        by the one rule for a failure after the first byte -- then finish: the client has its
+        last bytes before the books are written."""
         self.stop()
         if error is None:
             self.reply.flow(None)
-            self.reply.end()
-        elif self.stream and self.tail.endswith(_EVENT_ENDS):
+            self.reply.end(last)
+            self.finished(outcome)
+            return
+        if last:
+            self.reply.write(last)
+        if self.stream and self.tail.endswith(_EVENT_ENDS):
             end_stream(self.reply, error)
         else:
             self.reply.abort()

@@ -46,16 +46,17 @@ class Reply(Protocol):
         """Whether the status line was written (from then on errors go into the body)."""
         ...
 
-    def start(self, status: int, headers: Headers, length: int | None = None) -> None:
-        """Write the status and headers; ``length`` None means a body of unknown length (chunked)."""
+    def start(self, status: int, headers: Headers, length: int | None = None, first: bytes = b"") -> None:
+        """Write the status and headers, and ``first`` body bytes with them; ``length`` None means a
+        body of unknown length (chunked)."""
         ...
 
     def write(self, data: bytes) -> None:
         """Write body bytes."""
         ...
 
-    def end(self) -> None:
-        """The answer is complete."""
+    def end(self, last: bytes = b"") -> None:
+        """The answer is complete; ``last`` body bytes go with its end."""
         ...
 
     def abort(self) -> None:
@@ -82,8 +83,7 @@ def request_id_header(request_id: str) -> tuple[bytes, bytes]:
 
 def send_whole(reply: Reply, status: int, body: bytes, request_id: str, headers: Headers = JSON) -> None:
     """A complete answer of known length."""
-    reply.start(status, (*headers, request_id_header(request_id)), len(body))
-    reply.write(body)
+    reply.start(status, (*headers, request_id_header(request_id)), len(body), body)
     reply.end()
 
 
@@ -119,18 +119,15 @@ def send_error(reply: Reply, error: ApiError, request_id: str | None = None) -> 
     headers = [*JSON, *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items())]
     if request_id is not None:
         headers.append(request_id_header(request_id))
-    reply.start(error.status, headers, len(body))
-    reply.write(body)
+    reply.start(error.status, headers, len(body), body)
     reply.end()
 
 
 def end_stream(reply: Reply, error: ApiError) -> None:
     """End an event stream that has begun, between two events, with ``error``: its event, then
     ``[DONE]``, then the stream's clean end."""
-    if not reply.gone:
-        reply.write(error.event())
     reply.flow(None)
-    reply.end()
+    reply.end(error.event())
 
 
 def outcome_of(error: ApiError) -> str:

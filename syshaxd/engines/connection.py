@@ -50,8 +50,9 @@ class Sink(Protocol):
         """More of the body (the de-chunked bytes of one read)."""
         ...
 
-    def on_end(self) -> None:
-        """The response is complete (the connection may already carry the next request)."""
+    def on_end(self, last: bytes = b"") -> None:
+        """The response is complete (the connection may already carry the next request);
+        ``last``: the body's last bytes, when they came in the read that ended it."""
         ...
 
     def on_lost(self, exc: BaseException) -> None:
@@ -106,12 +107,16 @@ class EngineConnection(asyncio.Protocol):
             else:
                 self._fail(ConnectionLost(f"the engine's answer is not HTTP: {exc}"))
             return
+        last = b""
         if self._body:
             body, self._body = self._body, []
-            if self.sink is not None:
-                self.sink.on_body(body[0] if len(body) == 1 else b"".join(body))
+            data = body[0] if len(body) == 1 else b"".join(body)
+            if self._done:
+                last = data  # the end came with it: one call, so the relay can write both at once
+            elif self.sink is not None:
+                self.sink.on_body(data)
         if self._done:
-            self._finish()
+            self._finish(last)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -180,7 +185,7 @@ class EngineConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
-    def _finish(self) -> None:
+    def _finish(self, last: bytes = b"") -> None:
         sink, self.sink = self.sink, None
         self.reused = True
         if self._stale_parser:
@@ -191,7 +196,7 @@ class EngineConnection(asyncio.Protocol):
         elif self.transport is not None:
             self.transport.close()
         if sink is not None:
-            sink.on_end()
+            sink.on_end(last)
 
     def _fail(self, exc: BaseException) -> None:
         sink, self.sink = self.sink, None

@@ -67,8 +67,8 @@ class Exchange:
     def on_body(self, data: bytes) -> None:
         self.sink.on_body(data)
 
-    def on_end(self) -> None:
-        self.sink.on_end()
+    def on_end(self, last: bytes = b"") -> None:
+        self.sink.on_end(last)
 
     def on_lost(self, exc: BaseException) -> None:
         conn = self.conn
@@ -122,7 +122,9 @@ class EngineResponse:
             self.exchange.pause_reading()
         self._wake()
 
-    def on_end(self) -> None:
+    def on_end(self, last: bytes = b"") -> None:
+        if last:
+            self._chunks.append(last)
         self._ended = True
         self._wake()
 
