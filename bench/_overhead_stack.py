@@ -76,10 +76,11 @@ class _Procs:
         self.procs: list[subprocess.Popen[bytes]] = []
         self.logs: list[IO[bytes]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              cwd: Path | None = None) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"{name}.log", "wb")  # noqa: SIM115 - closed in stop()
         self.logs.append(log)
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         self.procs.append(proc)
         return proc
 
@@ -93,7 +94,9 @@ class _Procs:
             log.close()
 
 
-def _daemon(procs: _Procs, name: str, gpu: int, cpu: int, workers: int = 1) -> tuple[str, int]:
+def _daemon(procs: _Procs, name: str, gpu: int, cpu: int, workers: int = 1,
+            tree: Path | None = None) -> tuple[str, int]:
+    """syshaxd in front of the engines (``tree``: the syshaxd of another checkout)."""
     api = free_port()
     config = {
         "services": {"gpu": {"port": gpu}, "cpu": {"port": cpu}, "conductor": {"port": api, "workers": workers}},
@@ -106,7 +109,10 @@ def _daemon(procs: _Procs, name: str, gpu: int, cpu: int, workers: int = 1) -> t
     }
     (procs.tmp / f"{name}.yaml").write_text(yaml.safe_dump(config))
     env = {k: v for k, v in os.environ.items() if not k.startswith("SYSHAX_")}
-    daemon = procs.start(name, [sys.executable, "-m", "syshaxd", "--config", str(procs.tmp / f"{name}.yaml")], env)
+    if tree is not None:  # `-m` puts the working directory first on the path: that checkout's package
+        env["PYTHONPATH"] = str(tree)
+    daemon = procs.start(name, [sys.executable, "-m", "syshaxd", "--config", str(procs.tmp / f"{name}.yaml")], env,
+                         cwd=tree)
     try:
         wait_http(f"http://127.0.0.1:{api}/health", proc=daemon)
     except (RuntimeError, TimeoutError) as exc:
@@ -115,9 +121,11 @@ def _daemon(procs: _Procs, name: str, gpu: int, cpu: int, workers: int = 1) -> t
 
 
 @contextmanager
-def proxies(tmp: Path, router: str | None, ttft: float, interval: float, workers: int = 1) -> Iterator[Stack]:
+def proxies(tmp: Path, router: str | None, ttft: float, interval: float, workers: int = 1,
+            tree: Path | None = None) -> Iterator[Stack]:
     """The fake engine, syshaxd (and, with ``workers`` > 1, a second one with that many API
-    processes) and (when given) vllm-router; all stopped on the way out."""
+    processes; with ``tree``, the syshaxd of that checkout as the path ``tree``) and (when
+    given) vllm-router; all stopped on the way out."""
     procs = _Procs(tmp)
     stack = Stack()
     try:
@@ -131,6 +139,8 @@ def proxies(tmp: Path, router: str | None, ttft: float, interval: float, workers
         if workers > 1:
             name = f"syshax-w{workers}"
             stack.urls[name], stack.pids[name] = _daemon(procs, name, port, port, workers)
+        if tree is not None:
+            stack.urls["tree"], stack.pids["tree"] = _daemon(procs, "tree", port, port, tree=tree)
         if router:
             rport = free_port()
             rproc = procs.start("vllm-router", [router, "--host", "127.0.0.1", "--port", str(rport), "--worker-urls",

@@ -53,16 +53,21 @@ def body(stream: bool) -> dict[str, Any]:
             "stream": stream, "ignore_eos": True}
 
 
-def cases(quick: bool) -> list[Case]:
-    """The cases, cheapest first."""
+def cases(quick: bool, only: str | None = None) -> list[Case]:
+    """The cases, cheapest first (``only``: those named, as ``stream-16,whole-16``; the
+    baseline's case is always measured)."""
+    if only:
+        named = [(kind == "stream", int(n)) for kind, _, n in (name.strip().partition("-") for name in only.split(","))]
+        return [BASELINE_CASE, *(case for case in named if case != BASELINE_CASE)]
     if quick:
         return [(True, 1), (True, 4), (False, 1)]
     return [(True, 1), (True, 16), (True, 64), (True, 256), (False, 1), (False, 16)]
 
 
 def requests_for(concurrency: int, quick: bool) -> int:
-    """Requests per measurement: enough for stable medians at every concurrency."""
-    return 8 if quick else max(160, concurrency * 8)
+    """Requests per measurement: enough for stable medians at every concurrency, and 640 where
+    the CPU per request is judged (16 clients, as issue #35 measured it)."""
+    return 8 if quick else 160 if concurrency == 1 else max(640, concurrency * 8)
 
 
 def _ms(value: float | None) -> float | None:
@@ -104,7 +109,7 @@ async def run_cases(stack: Stack, args: argparse.Namespace, progress: Progress,
                     todo: list[Case] | None = None) -> dict[str, dict[str, Any]]:
     """Every case (or ``todo``) on every path, ``--reps`` times, paths rotated each time; medians."""
     names = list(stack.urls)
-    todo = todo or cases(args.quick)
+    todo = todo or cases(args.quick, args.cases)
     task = progress.add_task("overhead", total=len(todo) * len(names) * args.reps)
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
     for rep in range(args.reps):
@@ -157,7 +162,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     """Start everything, measure, stop everything."""
     router = None if args.no_router else ensure_router()
     with tempfile.TemporaryDirectory(prefix="syshax-overhead-") as tmp:
-        with proxies(Path(tmp), router, args.ttft, args.interval, args.workers) as stack:
+        with proxies(Path(tmp), router, args.ttft, args.interval, args.workers, args.tree) as stack:
             with Progress(console=console, transient=True) as progress:
                 rows, check = await seen_cases(stack, args, progress)
         idle = idle_cost(Path(tmp), 3.0 if args.quick else args.idle_seconds)
@@ -216,6 +221,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=2,
                         help="also measure syshaxd with this many API processes (1: skip; default 2)")
     parser.add_argument("--idle-seconds", type=float, default=20.0, help="how long idle CPU is measured")
+    parser.add_argument("--tree", type=Path, default=None, metavar="DIR",
+                        help="also measure the syshaxd of another checkout (path 'tree'): two versions, one run")
+    parser.add_argument("--cases", default=None, metavar="LIST",
+                        help="only these cases, e.g. stream-16,whole-16 (stream-1, the baseline's, always runs)")
     parser.add_argument("--out", type=Path, default=None, help="JSON output path")
     args = parser.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)

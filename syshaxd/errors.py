@@ -1,9 +1,18 @@
-"""OpenAI-shaped errors: raised once where a request goes wrong, rendered once at the edge."""
+"""OpenAI-shaped errors: raised once where a request goes wrong, rendered once at the edge.
+
+:class:`ApiError` is the error; its two renderings are the only ones syshaxd writes on the
+API port: :meth:`ApiError.json` is the body of an error answer, :meth:`ApiError.event` the
+same object as the last event of a stream that has begun (followed by ``[DONE]``, as vLLM
+ends a stream with an error). Where they are written to a client is
+:mod:`syshaxd.conductor.reply` (``send_error``, ``end_stream``).
+"""
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+_DONE_EVENT = b"data: [DONE]\n\n"
 
 
 class ApiError(Exception):
@@ -31,16 +40,18 @@ class ApiError(Exception):
         """The OpenAI error object."""
         return error_body(self.message, type=self.type, param=self.param, code=self.code or str(self.status))
 
+    def json(self) -> bytes:
+        """The error object as an answer's body: compact JSON, UTF-8."""
+        return json.dumps(self.body(), ensure_ascii=False, separators=(",", ":")).encode()
+
+    def event(self) -> bytes:
+        """The error object as the end of an event stream: its event, then ``[DONE]``."""
+        return b"data: " + self.json() + b"\n\n" + _DONE_EVENT
+
 
 def error_body(message: str, *, type: str, param: str | None = None, code: str | None = None) -> dict[str, Any]:
     """``{"error": {"message", "type", "param", "code"}}`` as the OpenAI API answers."""
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
-
-
-def sse_error(message: str, *, type: str = "upstream_error", code: str = "502") -> bytes:
-    """An error event for a stream that already started, followed by ``[DONE]``."""
-    payload = json.dumps(error_body(message, type=type, code=code), separators=(",", ":"))
-    return f"data: {payload}\n\ndata: [DONE]\n\n".encode()
 
 
 def engine_error_message(status: int, body: bytes) -> str:

@@ -35,14 +35,15 @@ RANKS: dict[str, int] = {
     "monitor": 3, "policy": 3,
     "core": 4,
     "conductor": 5,
-    "api": 6, "control": 6,
+    "api": 6, "control": 6, "control_client": 6,  # the control API's server and its client
     "service": 7,
     "cli": 8, "__main__": 8,
 }
 #: Layers to its left a layer still may not import (the core drives no engine and reads no scrape).
 NOT_FROM: dict[str, set[str]] = {"core": {"config", "engines", "monitor"}}
-#: What the console may take from the daemon (no config model, no server stack).
-CONSOLE_MAY_USE = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate"}
+#: What the console may take from the daemon (no config model, no server stack): the wire
+#: vocabulary, and the control API's client, which the console shares with ``syshax``.
+CONSOLE_MAY_USE = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate", "syshaxd.control_client"}
 #: Third-party and standard modules that mean I/O: policies are pure functions.
 IO_MODULES = {"httpx", "httpcore", "asyncio", "socket", "fastapi", "starlette", "uvicorn", "psutil",
               "subprocess", "urllib", "http", "prometheus_client", "yaml", "ruamel", "requests", "aiohttp"}
@@ -59,6 +60,7 @@ NOT_LOADED: dict[str, set[str]] = {
     "config": _SERVER_STACK | {"httpx"}, "policy": _SERVER_STACK | {"httpx", "psutil"},
     "core": _SERVER_STACK | {"httpx", "psutil", "asyncio", "socket", "pydantic", "yaml"},
     "engines": _SERVER_STACK, "monitor": _SERVER_STACK, "conductor": _SERVER_STACK,
+    "control_client": _SERVER_STACK | {"ruamel", "prometheus_client", "psutil"},  # the console loads it
 }
 
 
@@ -248,7 +250,7 @@ def _left_of(name: str) -> tuple[str, ...]:
 
 
 @pytest.mark.parametrize("name", ["config", "engines", "monitor", "policy", "core", "conductor", "api", "control",
-                                  "service"])
+                                  "control_client", "service"])
 def test_each_layer_imported_alone_loads_only_layers_to_its_left(name: str) -> None:
     code = ALONE.format(module=f"syshaxd.{name}", ours=("syshaxd", "sim", "demo", "console"),
                         allowed=("syshaxd",), prefixes=_left_of(name),

@@ -13,8 +13,8 @@ import re
 from collections.abc import Awaitable
 from typing import Any
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.body import parse_request
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.api.server import Handler
 from syshaxd.conductor import Dispatcher

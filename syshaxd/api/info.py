@@ -1,16 +1,26 @@
-"""What the box says about itself on the API port: the models it serves, its health, its metrics."""
+"""What the box says about itself on the API port: its models, health, metrics and load, and its docs.
+
+Each is a plain handler on the API's own server (:mod:`syshaxd.api.server`), as the completion
+routes are: it answers ``GET`` (and ``HEAD``, whose body the server leaves out) at once, from
+what the conductor holds -- only ``/v1/models`` waits, on the engines, and keeps their merged
+answer a few seconds. Another method is a 405. The table :data:`INFO` says what each route
+is; the OpenAPI document (:mod:`syshaxd.api.openapi`) and the docs pages are built from it.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from fastapi import APIRouter
-from fastapi.responses import JSONResponse, Response
-
 from syshaxd import __version__
+from syshaxd.api import openapi
+from syshaxd.api.openapi import Route
+from syshaxd.api.request import Request
+from syshaxd.api.response import Response
+from syshaxd.api.server import Handler
 from syshaxd.conductor import Conductor, LoadFormat, get_load_body
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
@@ -18,7 +28,30 @@ from syshaxd.snapshot import EngineState
 
 #: Seconds a merged /v1/models answer is reused (clients ask it on every start).
 MODELS_TTL = 5.0
-PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
+JSON_TYPE = b"application/json"
+HTML_TYPE = b"text/html; charset=utf-8"
+
+
+#: The box's own routes, in the order the docs list them.
+INFO = (
+    Route("/v1/models", "The models the engines serve, merged by id, each naming the engines that serve it",
+          statuses=(200, 503)),
+    Route("/health", "ok when every engine is up; degraded (with reasons) when some are not; 503 when none "
+                     "can serve or the box is draining", statuses=(200, 503)),
+    Route("/metrics", "The conductor's own Prometheus metrics (syshax_*), and the box's load as vLLM's "
+                      "vllm:num_requests_waiting, vllm:num_requests_running, vllm:kv_cache_usage_perc",
+          media="text/plain"),
+    Route("/get_load", 'The whole box\'s load for a cluster router: {"load": N} (vllm-router; N = waiting + '
+                       "running requests) or, with services.conductor.load_format: sglang, SGLang's list per "
+                       "data-parallel rank"),
+    Route("/load", 'vLLM\'s {"server_load": N}: requests the box holds (waiting and running)'),
+    Route("/get_model_info", "The SGLang model gateway's model card of a worker: the model the box serves"),
+    Route("/get_server_info", "The SGLang model gateway's server info of a worker: one data-parallel rank "
+                              "(the box), its engines, and its load now"),
+)
+#: The document and the pages that show it (not in the document themselves).
+DOCS = ("/openapi.json", "/docs", "/redoc")
 
 
 class ModelList:
@@ -77,58 +110,82 @@ def health_body(conductor: Conductor) -> tuple[dict[str, Any], int]:
     return body, 200 if serving else 503
 
 
-def info_router(conductor: Conductor, engines: Sequence[EngineClient],
-                load_format: LoadFormat = "vllm-router") -> APIRouter:
-    """``GET /v1/models``, ``/health``, ``/metrics``, and the load a cluster router reads
-    (``/get_load``, ``/load``)."""
-    router = APIRouter()
-    models = ModelList(engines)
+class Info:
+    """The box's own routes on the API port, as handlers by path."""
 
-    @router.get("/v1/models")
-    async def list_models() -> JSONResponse:
-        """The models the engines serve."""
-        return JSONResponse(await models.get())
+    def __init__(self, conductor: Conductor, engines: Sequence[EngineClient],
+                 load_format: LoadFormat = "vllm-router") -> None:
+        self.conductor = conductor
+        self.engines = tuple(engines)
+        self.load_format = load_format
+        self.models = ModelList(engines)
+        self._document = json.dumps(openapi.document(INFO), separators=(",", ":")).encode()
 
-    @router.get("/health")
-    async def health() -> JSONResponse:
-        """ok when every engine is up; degraded (with reasons) when some are not; 503 when none can serve."""
-        body, status = health_body(conductor)
-        return JSONResponse(body, status_code=status)
+    @property
+    def paths(self) -> frozenset[str]:
+        """The paths it serves."""
+        return frozenset(route.path for route in INFO) | frozenset(DOCS)
 
-    @router.get("/get_load")
-    async def get_load() -> JSONResponse:
-        """The whole box's load for a cluster router: ``{"load": N}`` (vllm-router; N = waiting +
-        running requests) or, with ``services.conductor.load_format: sglang``, SGLang's list per
-        data-parallel rank."""
-        return JSONResponse(get_load_body(conductor.box_load(), load_format))
+    def handlers(self) -> dict[str, Handler]:
+        """A handler per path."""
+        c = self.conductor
+        answers: dict[str, Callable[[], tuple[int, bytes, bytes]]] = {
+            "/health": lambda: _json(*_status_first(health_body(c))),
+            "/metrics": lambda: (200, PROMETHEUS_TEXT, c.exposition()),
+            "/get_load": lambda: _json(200, get_load_body(c.box_load(), self.load_format)),
+            "/load": lambda: _json(200, {"server_load": c.box_load().load}),
+            "/get_model_info": lambda: _json(200, self._model_info()),
+            "/get_server_info": lambda: _json(200, self._server_info()),
+            "/openapi.json": lambda: (200, JSON_TYPE, self._document),
+            "/docs": lambda: (200, HTML_TYPE, openapi.SWAGGER_PAGE),
+            "/redoc": lambda: (200, HTML_TYPE, openapi.REDOC_PAGE),
+        }
+        routes: dict[str, Handler] = {path: _at_once(path, answer) for path, answer in answers.items()}
+        routes["/v1/models"] = self._list_models
+        return routes
 
-    @router.get("/load")
-    async def load() -> JSONResponse:
-        """vLLM's ``{"server_load": N}``: requests the box holds (waiting and running)."""
-        return JSONResponse({"server_load": conductor.box_load().load})
+    def _list_models(self, request: Request, response: Response) -> Awaitable[None]:
+        _only_get(request)
 
-    @router.get("/get_model_info")
-    async def get_model_info() -> JSONResponse:
-        """The SGLang model gateway's model card of a worker: the model the box serves."""
-        model = conductor.vllm_gauges.model_name
-        return JSONResponse({"model_path": model, "tokenizer_path": model, "served_model_name": model,
-                             "is_generation": True})
+        async def answer() -> None:
+            _send(response, *_json(200, await self.models.get()))
 
-    @router.get("/get_server_info")
-    async def get_server_info() -> JSONResponse:
-        """The SGLang model gateway's server info of a worker: one data-parallel rank (the box),
-        its engines, and its load now."""
-        model, load = conductor.vllm_gauges.model_name, conductor.box_load()
-        return JSONResponse({
-            "model_path": model, "served_model_name": model, "tp_size": 1, "dp_size": 1, "version": __version__,
-            "server": "syshax", "engines": [{"name": e.name, "device": e.device} for e in engines],
-            "internal_states": [{"num_reqs": load.load, "num_waiting_reqs": load.waiting}],
-        })
+        return answer()
 
-    @router.get("/metrics")
-    async def metrics() -> Response:
-        """The conductor's own Prometheus metrics (syshax_*), and the box's load as vLLM's
-        ``vllm:num_requests_waiting``, ``vllm:num_requests_running``, ``vllm:kv_cache_usage_perc``."""
-        return Response(conductor.exposition(), media_type=PROMETHEUS_TEXT)
+    def _model_info(self) -> dict[str, Any]:
+        model = self.conductor.vllm_gauges.model_name
+        return {"model_path": model, "tokenizer_path": model, "served_model_name": model, "is_generation": True}
 
-    return router
+    def _server_info(self) -> dict[str, Any]:
+        model, load = self.conductor.vllm_gauges.model_name, self.conductor.box_load()
+        return {"model_path": model, "served_model_name": model, "tp_size": 1, "dp_size": 1, "version": __version__,
+                "server": "syshax", "engines": [{"name": e.name, "device": e.device} for e in self.engines],
+                "internal_states": [{"num_reqs": load.load, "num_waiting_reqs": load.waiting}]}
+
+
+def _at_once(path: str, answer: Callable[[], tuple[int, bytes, bytes]]) -> Handler:
+    def handle(request: Request, response: Response) -> None:
+        _only_get(request)
+        _send(response, *answer())
+
+    return handle
+
+
+def _only_get(request: Request) -> None:
+    if request.method not in ("GET", "HEAD"):
+        raise ApiError(405, f"{request.method} {request.path}: Method Not Allowed", code="405",
+                       headers={"Allow": "GET, HEAD"})
+
+
+def _status_first(answer: tuple[dict[str, Any], int]) -> tuple[int, dict[str, Any]]:
+    return answer[1], answer[0]
+
+
+def _json(status: int, body: Any) -> tuple[int, bytes, bytes]:
+    return status, JSON_TYPE, json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def _send(response: Response, status: int, media: bytes, body: bytes) -> None:
+    response.start(status, ((b"content-type", media),), len(body))
+    response.write(body)
+    response.end()

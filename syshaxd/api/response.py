@@ -64,8 +64,8 @@ class Response:
 
     # -- the Reply protocol ------------------------------------------------------------
 
-    def start(self, status: int, headers: Headers, length: int | None = None) -> None:
-        """Write the status line and headers."""
+    def start(self, status: int, headers: Headers, length: int | None = None, first: bytes = b"") -> None:
+        """Write the status line and headers, and ``first`` body bytes with them (one write)."""
         if self.started or self.gone:
             return
         self.started = True
@@ -83,26 +83,35 @@ class Response:
         if not self.keep_alive:
             lines.append(b"connection: close\r\n")
         lines.append(b"\r\n")
+        lines.append(self._framed(first))
         self.carrier.write(b"".join(lines))
 
     def write(self, data: bytes) -> None:
         """Write body bytes (framed as a chunk when the length is unknown)."""
         if not data or self.gone or self.ended or self.head_only:
             return
-        self.carrier.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+        self.carrier.write(self._framed(data))
         if self._source is not None and not self.carrier.writable:
             self._source.pause_reading()
 
-    def end(self) -> None:
-        """The response is complete."""
+    def end(self, last: bytes = b"") -> None:
+        """The response is complete; ``last`` body bytes go with its end (one write)."""
         if self.ended:
             return
         self.ended = True
         self._source = None
         if not self.gone:
-            if self._chunked and not self.head_only:
-                self.carrier.write(b"0\r\n\r\n")
+            tail = self._framed(last) + (b"0\r\n\r\n" if self._chunked and not self.head_only else b"")
+            if tail:
+                self.carrier.write(tail)
             self.carrier.response_done(self)
+
+    def _framed(self, data: bytes) -> bytes:
+        # Each write is one syscall (and one packet): the head, the first and the last bytes
+        # of an answer go with their neighbours.
+        if not data or self.head_only:
+            return b""
+        return b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
 
     def when_gone(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once if the client disconnects before the end."""

@@ -13,7 +13,6 @@ not wait for the client's delayed ACK.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import socket
 from collections import deque
@@ -22,12 +21,12 @@ from typing import Any, cast
 
 import httptools
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.guard import MAX_HEADER_BYTES, Guard
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response, status_only
 from syshaxd.conductor import send_error
 from syshaxd.engines import set_nodelay
-from syshaxd.errors import ApiError, error_body
+from syshaxd.errors import ApiError
 
 log = logging.getLogger("syshaxd.api")
 
@@ -42,7 +41,7 @@ MAX_QUEUED = 8
 
 
 def _error(status: int, message: str, kind: str = "invalid_request_error", code: str | None = None) -> bytes:
-    return json.dumps(error_body(message, type=kind, code=code or str(status)), separators=(",", ":")).encode()
+    return ApiError(status, message, type=kind, code=code).json()
 
 
 class ApiServer:

@@ -4,86 +4,41 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 from rich.console import Console
 
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
 from syshaxd.config import ConfigError, parse_value
+from syshaxd.control_client import BlockingControlClient, ControlError, Forbidden, Rejected
 from syshaxd.locate import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
 
-TIMEOUT = 10.0
 
-
-class ControlClient:
-    """A synchronous client of the control API on one socket; errors become CommandError."""
+class ControlClient(BlockingControlClient):
+    """The control client of the ``syshax`` commands: its failures are the command's errors
+    (a refused value exits 2 as a usage error; anything else exits 1 with the reason)."""
 
     def __init__(self, path: Path, looked: list[Path]) -> None:
-        """Talk to the daemon at ``path`` (``looked`` lists where we searched, for messages)."""
+        """Talk to the daemon at ``path`` (``looked`` lists where it was searched, for messages)."""
+        super().__init__(path, looked=looked)
         self.path = path
-        self.looked = looked
-        self._http = httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(path)), base_url="http://syshaxd", timeout=TIMEOUT
-        )
 
-    def close(self) -> None:
-        """Close the connection pool."""
-        self._http.close()
-
-    def request(self, method: str, url: str, body: Any = None) -> Any:
+    def request(self, method: str, path: str, body: Any = None) -> Any:
         """One request; the JSON answer, or CommandError/UsageError with the daemon's reason."""
-        self._preflight()
         try:
-            resp = self._http.request(method, url, json=body)
-        except httpx.TransportError as exc:
-            raise CommandError(self._unreachable(exc)) from None
-        try:
-            data = resp.json()
-        except ValueError:
-            data = {"error": resp.text.strip() or resp.reason_phrase}
-        if resp.status_code >= 400:
-            message = data.get("error") if isinstance(data, dict) else None
-            key = data.get("key") if isinstance(data, dict) else None
-            text = f"{key}: {message}" if key and key != "(body)" else str(message or resp.reason_phrase)
-            if resp.status_code == 422:
-                raise UsageError(text)
-            if resp.status_code == 403:
-                raise CommandError(f"not allowed: {text}")
-            raise CommandError(f"the daemon answered {resp.status_code}: {text}")
-        return data
-
-    def _preflight(self) -> None:
-        # httpcore leaks its socket when connect() fails (a ResourceWarning): find out
-        # with our own socket first, and say why in the operator's terms.
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            probe.settimeout(TIMEOUT)
-            probe.connect(str(self.path))
-        except OSError as exc:
-            raise CommandError(self._unreachable(exc)) from None
-        finally:
-            probe.close()
-
-    def _unreachable(self, exc: Exception) -> str:
-        cause = exc if isinstance(exc, OSError) else (exc.__cause__ or exc.__context__ or exc)
-        where = ", ".join(str(p) for p in self.looked)
-        if isinstance(cause, FileNotFoundError) or not self.path.exists():
-            return f"syshaxd is not running: no control socket at {where} (start it, or give --socket PATH)"
-        if isinstance(cause, PermissionError):
-            return (
-                f"permission denied on {self.path}: reading needs membership in the daemon's "
-                f"control group (control.group); you are uid {os.geteuid()}"
-            )
-        if isinstance(cause, ConnectionRefusedError):
-            return f"syshaxd is not running: nothing listens on {self.path} (a stale socket from a daemon that died?)"
-        return f"cannot talk to syshaxd at {self.path}: {exc}"
+            return super().request(method, path, body)
+        except Rejected as exc:
+            if exc.status == 422:
+                raise UsageError(exc.message) from None
+            raise CommandError(f"the daemon answered {exc.status}: {exc.message}") from None
+        except Forbidden as exc:
+            raise CommandError(f"not allowed: {exc.message}") from None
+        except ControlError as exc:
+            raise CommandError(exc.message) from None
 
 
 def connect(args: argparse.Namespace) -> ControlClient:

@@ -12,6 +12,7 @@ from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.dispatch import Dispatcher
 from syshaxd.conductor.flight import BookedFlight, Flight
 from syshaxd.conductor.ledger import LedgerSession
+from syshaxd.conductor.relay import Relay, end_to_end
 from syshaxd.conductor.remote import RemoteConductor, RemoteFlight
 from syshaxd.conductor.reply import (
            JSON,
@@ -24,5 +25,5 @@ from syshaxd.conductor.reply import (
 )
 
 __all__ = ["JSON", "BookedFlight", "BoxLoad", "LoadFormat", "get_load_body", "Conductor", "Dispatcher", "Flight", "LedgerSession", "RemoteConductor",
-           "RemoteFlight", "Headers", "Pausable", "Reply", "Route", "request_id_header",
+           "RemoteFlight", "Headers", "Pausable", "Relay", "Reply", "Route", "end_to_end", "request_id_header",
            "send_error", "send_whole"]

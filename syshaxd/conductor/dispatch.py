@@ -19,10 +19,10 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
+from syshaxd.conductor.answers import BodyRelay, CompletionRelay, StreamRelay
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
-from syshaxd.conductor.relay import BodyRelay, Relay, StreamRelay
 from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
 from syshaxd.conductor.split import Split
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
@@ -68,6 +68,7 @@ class Dispatcher(Generic[F]):
         self.engines = tuple(engines)
         self.split = Split(handoff, whole=self.whole, timeout=self._timeout)
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None  # the daemon's one loop, looked up once
 
     async def startup_checks(self) -> None:
         """The handoff protocol's own checks at start (llamacpp-slots: every pair); logged, never raised."""
@@ -137,9 +138,11 @@ class Dispatcher(Generic[F]):
 
     # -- one engine, bytes passed through --------------------------------------------
 
-    def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> Relay:
+    def _relay(self, flight: Flight, up: EngineClient, reply: Reply) -> CompletionRelay:
         kind = StreamRelay if flight.parsed.stream else BodyRelay
-        return kind(flight, up, reply, self.timeout_message())
+        if self._loop is None:
+            self._loop = asyncio.get_running_loop()
+        return kind(self._loop, flight, up, reply, self.timeout_message())
 
     @staticmethod
     def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:

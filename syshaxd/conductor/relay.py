@@ -1,64 +1,92 @@
-"""An engine's answer relayed to the client from the engine connection's own callbacks.
+"""An engine's answer relayed to the client: the one relay of every route that reaches an engine.
 
-Until the client has a byte, the answer can still go elsewhere: the relay holds what it read
-(for a stream, until its first event is known to be an event and not an error event; for a
-whole answer, until it is complete and is JSON), and a failure then is handed back to the
-dispatcher, which resubmits. Once committed, a stream's bytes go on to the client as they
-came, in the same callback that read them -- no re-parsing, one write for however many
-chunks arrived together -- while the relay counts events and keeps the last bytes, to know
-at the end whether ``[DONE]`` came. Every way an answer can end (clean, truncated, engine
-lost, timeout, client gone) finishes the flight once.
+The completion routes (:mod:`syshaxd.conductor.answers`) and pass-through
+(:mod:`syshaxd.api.passthrough`) both hand an engine's answer to a :class:`Relay`, which is the
+engine connection's sink and writes to the client's :class:`~syshaxd.conductor.reply.Reply`
+from the connection's own callbacks. What every route shares lives here:
+
+- **Holding, then committing.** Until the client has a byte, the answer can still go
+  elsewhere: the relay holds what it read, and what it holds is judged by the route's kind
+  (a completion stream until its first event is known not to be an error; a whole answer to
+  its end; an engine's 404 to its end). A failure then is *early*: it is handed back to
+  whoever sent the request (the dispatcher resubmits, pass-through asks the next engine).
+  Once committed, the bytes go on as they came, one write per read, with flow control.
+- **The end.** Every way an answer can end -- complete, truncated, engine lost, deadline,
+  client gone -- finishes it once (:meth:`Relay.finished`).
+- **One rule for a failure after the first byte:** an event stream that broke between two
+  events ends with an OpenAI error event and ``[DONE]``, cleanly, so a client reads the
+  reason; any other body (or a stream cut inside an event) is cut by dropping the client's
+  connection, so that it cannot take what it got for the whole answer.
+- **Headers between two hops:** :func:`end_to_end` drops the hop-by-hop headers and those
+  the ``Connection`` header names, in both directions.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
-from syshaxd.conductor.flight import Flight
-from syshaxd.conductor.reply import EVENT_STREAM, Reply, request_id_header, send_whole
-from syshaxd.engines import (
-    EngineClient,
-    EngineFailure,
-    EngineRejected,
-    Exchange,
-    describe_error,
-    json_answer,
-)
-from syshaxd.errors import engine_error_message, sse_error
-from syshaxd.sse import DONE, Decoder, NotEventStream
+from syshaxd.conductor.reply import Headers, Reply, end_stream
+from syshaxd.engines import EngineFailure, Exchange, describe_error
+from syshaxd.errors import ApiError
+from syshaxd.sse import DONE
 
-_DONE_EVENT = b"data: " + DONE
-#: Bytes read before a stream's first event is complete, at most, before it is passed on anyway.
-_SNIFF_LIMIT = 64 * 1024
+#: Headers that belong to one connection, not to the request or the answer (RFC 9110 7.6.1),
+#: and the framing headers each side writes itself.
+HOP_BY_HOP = frozenset({b"connection", b"keep-alive", b"proxy-connection", b"proxy-authenticate",
+                        b"proxy-authorization", b"te", b"trailer", b"transfer-encoding", b"upgrade", b"host",
+                        b"content-length", b"expect"})
+DONE_EVENT = b"data: " + DONE
+_EVENT_ENDS = (b"\n\n", b"\r\n\r\n", b"\r\r")
 
-#: Called with what failed before the client had a byte (EngineFailure, EngineRejected, TimeoutError).
+#: Called with what failed before the client had a byte (EngineFailure, EngineRejected, TimeoutError, ...).
 EarlyFailure = Callable[[BaseException], None]
 
 
-class Relay:
-    """What every relay shares: the commit, the deadline, the client leaving, stopping the engine."""
+def end_to_end(headers: Iterable[tuple[bytes, bytes]], drop: frozenset[bytes] = frozenset()
+               ) -> list[tuple[bytes, bytes]]:
+    """``headers`` (names lower case) without the hop-by-hop ones, those the ``Connection``
+    header names, and ``drop``."""
+    headers = list(headers)
+    named = [name.strip().lower() for key, value in headers if key == b"connection" for name in value.split(b",")]
+    gone = HOP_BY_HOP | drop | frozenset(named) if named else HOP_BY_HOP | drop
+    return [(key, value) for key, value in headers if key not in gone]
 
-    def __init__(self, flight: Flight, engine: EngineClient, reply: Reply, timeout_message: str) -> None:
-        self.flight = flight
-        self.engine = engine
+
+class Relay:
+    """One engine's answer on its way to the client; a route's kind says when to commit.
+
+    A kind overrides :meth:`on_head` (commit at once with :meth:`commit`, or hold),
+    :meth:`holding` (look at held bytes), :meth:`complete` (the answer ended before it was
+    committed), :meth:`verdict` (how a committed answer that ended went), and the books'
+    hooks :meth:`started`, :meth:`passing` and :meth:`finished`.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, reply: Reply, engine: str, seconds: float,
+                 timeout_message: str) -> None:
+        self.loop = loop  # given, not looked up: asyncio.get_running_loop() costs a getpid() each time
         self.reply = reply
+        self.engine = engine  # its name, for messages
         self.exchange: Exchange | None = None
         self.timeout_message = timeout_message
+        self.status = 0
         self.committed = False
+        self.stream = False  # the client's answer is an event stream: errors go inside it
+        self.events = 0  # ``data:`` lines passed on (streams)
+        self.tail = b""  # the last bytes passed on (streams)
+        self._held: list[bytes] = []  # read before the commit
+        self._ended = False  # the engine's answer is complete (its connection may serve another)
+        self._over = False
         self._failed: EarlyFailure | None = None
         self._waiter: asyncio.Future[None] | None = None
         self._early: BaseException | None = None
-        self._status = 0
-        self._held: list[bytes] = []  # bytes read before the commit
-        self._over = False
-        self._timer = asyncio.get_running_loop().call_later(max(0.0, flight.remaining()), self._expire)
+        self._timer = loop.call_later(max(0.0, seconds), self._expire)
         reply.when_gone(self._client_gone)
 
-    # -- how the dispatcher learns the outcome of the first part ---------------------
+    # -- how the sender learns the outcome of the first part ---------------------------
 
     def on_early_failure(self, callback: EarlyFailure) -> None:
-        """Call ``callback`` if the engine fails before the client has a byte."""
+        """Call ``callback`` if the answer fails before the client has a byte."""
         self._failed = callback
         if self._early is not None:
             callback(self._early)
@@ -67,85 +95,149 @@ class Relay:
         """Return once the client has the first bytes (or left).
 
         Raises:
-            EngineFailure: the engine failed before that (worth resubmitting).
-            EngineRejected: the engine refused the request (4xx).
-            asyncio.TimeoutError: the request's deadline passed first.
+            BaseException: what failed before that (the kind's early failures, e.g.
+                EngineFailure, EngineRejected; asyncio.TimeoutError at the deadline).
         """
         if self.committed or self._over and self._early is None:
             return
         if self._early is not None:
             raise self._early
-        self._waiter = asyncio.get_running_loop().create_future()
+        self._waiter = self.loop.create_future()
         try:
             await self._waiter
         except BaseException:
-            self._stop()
+            self.stop()
             raise
 
     def cancel(self) -> None:
         """Give up before the request was sent (no connection could be had)."""
-        self._stop()
+        self.stop()
 
-    # -- Sink ------------------------------------------------------------------------
+    # -- Sink: the engine connection's callbacks ---------------------------------------
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
-        self._status = status
+        """The engine's status and headers (the kind commits here, or holds)."""
+        self.status = status
 
     def on_body(self, data: bytes) -> None:
-        raise NotImplementedError
+        if self._over:
+            return
+        if self.committed:
+            self.reply.write(data)
+            self._passed(data)
+            return
+        self._held.append(data)
+        self.holding(data)
 
-    def on_end(self) -> None:
-        raise NotImplementedError
+    def on_end(self, last: bytes = b"") -> None:
+        if self._over:
+            return
+        self._ended = True
+        if not self.committed:
+            if last:
+                self._held.append(last)
+                self.holding(last)
+                last = b""
+                if self._over:
+                    return
+            if not self.committed:
+                self.complete(b"".join(self._held))
+                if self._over or not self.committed:
+                    return
+        elif last:
+            self._passed(last)
+        outcome, error = self.verdict()
+        self.close(outcome, error, last)
+
+    def _passed(self, data: bytes) -> None:
+        if self.stream:
+            self.events += data.count(b"data:")
+            self.tail = (self.tail + data)[-64:] if len(data) < 64 else data[-64:]
+        self.passing()
 
     def on_lost(self, exc: BaseException) -> None:
-        if not self._over and not self.committed:
-            self._fail_early(EngineFailure(self.engine.name, describe_error(exc)))
+        if self._over:
+            return
+        if not self.committed:
+            self.fail_early(EngineFailure(self.engine, describe_error(exc)))
+        else:
+            self.close("engine_error", ApiError(502, f"engine {self.engine} failed mid-stream: {describe_error(exc)}",
+                                                type="upstream_error"))
 
-    # -- shared steps ----------------------------------------------------------------
+    # -- what a kind overrides ---------------------------------------------------------
 
-    def _commit(self) -> None:
+    def holding(self, data: bytes) -> None:
+        """``data`` was read and held: commit, fail early, or wait for more."""
+
+    def complete(self, body: bytes) -> None:
+        """The answer ended before it was committed (``body``: all of it): commit, or fail early."""
+        raise NotImplementedError
+
+    def verdict(self) -> tuple[str, ApiError | None]:
+        """How a committed answer that ended went: the outcome, and the error the client is told."""
+        return "ok", None
+
+    def started(self) -> None:
+        """The client has the first bytes."""
+
+    def passing(self) -> None:
+        """More of a committed answer went to the client."""
+
+    def finished(self, outcome: str) -> None:
+        """The answer is over, however it ended (once)."""
+
+    def gone_outcome(self) -> str:
+        """How the answer went when the client left before its end."""
+        return "client_disconnect"
+
+    # -- the steps a kind takes ----------------------------------------------------------
+
+    def commit(self, status: int, headers: Headers, length: int | None = None, body: bytes | None = None,
+               stream: bool = False) -> None:
+        """Start the client's answer with what was held (or ``body`` instead); from here bytes
+        flow through. ``stream``: it is an event stream, whose errors are events."""
+        held = body if body is not None else b"".join(self._held)
+        self._held = []
         self.committed = True
-        self.flight.first_byte(self.engine)
+        self.stream = stream
+        self.reply.start(status, headers, length, held)
+        if not self._ended:  # an ended answer's connection is back in the pool: never pause it
+            self.reply.flow(self.exchange)
+        if held and stream:
+            self.events = held.count(b"data:")
+            self.tail = held[-64:]
+        self.started()
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
-    def _fail_early(self, exc: BaseException) -> None:
-        self._stop()
+    def fail_early(self, exc: BaseException) -> None:
+        """The answer failed before the client had a byte: hand ``exc`` to the sender."""
+        self.stop()
         self._early = exc
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_exception(exc)
         elif self._failed is not None:
             self._failed(exc)
 
-    def _status_failure(self, body: bytes) -> Exception:
-        if 400 <= self._status < 500 and self._status not in (408, 429):
-            return EngineRejected(self.engine.name, self._status, body)
-        return EngineFailure(self.engine.name, engine_error_message(self._status, body), status=self._status)
+    def close(self, outcome: str, error: ApiError | None = None, last: bytes = b"") -> None:
+        """End the client's answer (``last``: its final bytes, not yet written) -- with ``error``
+        by the one rule for a failure after the first byte -- then finish: the client has its
+        last bytes before the books are written."""
+        self.stop()
+        if error is None:
+            self.reply.flow(None)
+            self.reply.end(last)
+            self.finished(outcome)
+            return
+        if last:
+            self.reply.write(last)
+        if self.stream and self.tail.endswith(_EVENT_ENDS):
+            end_stream(self.reply, error)
+        else:
+            self.reply.abort()
+        self.finished(outcome)
 
-    def _expire(self) -> None:
-        if not self._over:
-            if self.committed:
-                self._expired_late()
-            else:
-                self._fail_early(asyncio.TimeoutError())
-
-    def _expired_late(self) -> None:
-        self._stop()
-
-    def _client_gone(self) -> None:
-        if not self._over:
-            self._stop()
-            self.flight.finish(self._gone_outcome(), tokens=self._tokens())
-            if self._waiter is not None and not self._waiter.done():
-                self._waiter.set_result(None)
-
-    def _tokens(self) -> int | None:
-        return None
-
-    def _gone_outcome(self) -> str:
-        return "client_disconnect"
-
-    def _stop(self) -> None:
+    def stop(self) -> None:
         """Stop reading the engine (closing its connection aborts its request) and the timer."""
         if self._over:
             return
@@ -155,132 +247,25 @@ class Relay:
         if exchange is not None and exchange.conn is not None and exchange.conn.sink is not None:
             exchange.abort()
 
+    @property
+    def over(self) -> bool:
+        """Whether the answer is over for this relay (ended, failed, or the client left)."""
+        return self._over
 
-class StreamRelay(Relay):
-    """A streamed answer, passed through as it comes once its first event is in."""
+    # -- timers and the client ---------------------------------------------------------
 
-    def __init__(self, flight: Flight, engine: EngineClient, reply: Reply, timeout_message: str) -> None:
-        super().__init__(flight, engine, reply, timeout_message)
-        self._decoder: Decoder | None = Decoder(strict=True)
-        self._events = 0
-        self._tail = b""
-
-    def on_body(self, data: bytes) -> None:
+    def _expire(self) -> None:
         if self._over:
             return
         if self.committed:
-            self.reply.write(data)
-            self._events += data.count(b"data:")
-            self._tail = (self._tail + data)[-64:] if len(data) < 64 else data[-64:]
-            self.flight.answering(self.engine)
-            return
-        self._held.append(data)
-        if self._status == 200:
-            self._sniff(data)
-
-    def on_end(self) -> None:
-        if self._over:
-            return
-        if not self.committed:
-            body = b"".join(self._held)
-            if self._status != 200:
-                self._fail_early(self._status_failure(body))
-                return
-            if not body:
-                self._fail_early(EngineFailure(self.engine.name, "engine ended the stream before sending anything"))
-                return
-            self._pass_on()
-        if _DONE_EVENT in self._tail:
-            self._close("ok")
+            self.close("timeout", ApiError(504, self.timeout_message, type="timeout"))
         else:
-            self._close("truncated", sse_error(f"engine {self.engine.name} ended the stream without [DONE]; "
-                                               "the answer is incomplete"))
+            self.fail_early(asyncio.TimeoutError())
 
-    def on_lost(self, exc: BaseException) -> None:
+    def _client_gone(self) -> None:
         if self._over:
             return
-        if not self.committed:
-            super().on_lost(exc)
-        elif _DONE_EVENT in self._tail:
-            # The answer was complete; only the connection's end was lost (the engine died
-            # right after [DONE]). Nothing may follow [DONE].
-            self._close("ok")
-        else:
-            self._close("engine_error", sse_error(f"engine {self.engine.name} failed mid-stream: "
-                                                  f"{describe_error(exc)}"))
-
-    def _sniff(self, data: bytes) -> None:
-        assert self._decoder is not None
-        try:
-            events = self._decoder.feed(data)
-        except NotEventStream:
-            self._fail_early(EngineFailure(self.engine.name, "engine stream is not Server-Sent Events"))
-            return
-        for event in events:
-            if event.data.startswith(b'{"error"'):
-                self._fail_early(EngineFailure(self.engine.name, engine_error_message(200, event.data)))
-                return
-        if events or sum(map(len, self._held)) >= _SNIFF_LIMIT:
-            self._pass_on()
-
-    def _pass_on(self) -> None:
-        """The client gets the status line and what was read so far; from here bytes flow through."""
-        self._decoder = None
-        held, self._held = b"".join(self._held), []
-        self.reply.start(200, (*EVENT_STREAM, request_id_header(self.flight.request_id)))
-        self.reply.flow(self.exchange)
-        self.reply.write(held)
-        self._events = held.count(b"data:")
-        self._tail = held[-64:]
-        self._commit()
-
-    def _expired_late(self) -> None:
-        self._close("timeout", sse_error(self.timeout_message, type="timeout", code="504"))
-
-    def _tokens(self) -> int | None:
-        return max(0, self._events - 2)
-
-    def _gone_outcome(self) -> str:
-        # A client that read [DONE] may close before the engine's end of the response reaches
-        # us: it had the whole answer.
-        return "ok" if self.committed and _DONE_EVENT in self._tail else "client_disconnect"
-
-    def _close(self, outcome: str, error: bytes = b"") -> None:
-        """End the client's stream (an error event first when there is one), then the flight: the
-        client has its last bytes before the books are written."""
-        self._stop()
-        if error and not self.reply.gone:
-            self.reply.write(error)
-        self.reply.flow(None)
-        self.reply.end()
-        self.flight.finish(outcome, tokens=self._tokens())
-
-
-class BodyRelay(Relay):
-    """A whole (non-streamed) answer: read to its end, checked to be JSON, then sent."""
-
-    def on_body(self, data: bytes) -> None:
-        if not self._over:
-            self._held.append(data)
-
-    def on_end(self) -> None:
-        if self._over:
-            return
-        body = b"".join(self._held)
-        self._held = []
-        if self._status != 200:
-            self._fail_early(self._status_failure(body))
-            return
-        try:
-            answer = json_answer(self.engine.name, body)
-        except EngineFailure as failure:
-            self._fail_early(failure)
-            return
-        self._over = True
-        self._timer.cancel()
-        self._commit()
-        self.flight.release(self.engine)
-        send_whole(self.reply, 200, body, self.flight.request_id)
-        usage = answer.get("usage")
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        self.flight.finish("ok", tokens=tokens if isinstance(tokens, int) else None)
+        self.stop()
+        self.finished(self.gone_outcome())
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from syshaxd.engines import EngineRejected
-from syshaxd.errors import ApiError, engine_error_message, error_body
+from syshaxd.errors import ApiError, engine_error_message
 
 Headers = Sequence[tuple[bytes, bytes]]
 JSON: Headers = ((b"content-type", b"application/json"),)
@@ -46,16 +46,21 @@ class Reply(Protocol):
         """Whether the status line was written (from then on errors go into the body)."""
         ...
 
-    def start(self, status: int, headers: Headers, length: int | None = None) -> None:
-        """Write the status and headers; ``length`` None means a body of unknown length (chunked)."""
+    def start(self, status: int, headers: Headers, length: int | None = None, first: bytes = b"") -> None:
+        """Write the status and headers, and ``first`` body bytes with them; ``length`` None means a
+        body of unknown length (chunked)."""
         ...
 
     def write(self, data: bytes) -> None:
         """Write body bytes."""
         ...
 
-    def end(self) -> None:
-        """The answer is complete."""
+    def end(self, last: bytes = b"") -> None:
+        """The answer is complete; ``last`` body bytes go with its end."""
+        ...
+
+    def abort(self) -> None:
+        """Drop the client's connection: an answer cut short must not pass for a whole one."""
         ...
 
     def when_gone(self, callback: Callable[[], None]) -> None:
@@ -78,41 +83,51 @@ def request_id_header(request_id: str) -> tuple[bytes, bytes]:
 
 def send_whole(reply: Reply, status: int, body: bytes, request_id: str, headers: Headers = JSON) -> None:
     """A complete answer of known length."""
-    reply.start(status, (*headers, request_id_header(request_id)), len(body))
-    reply.write(body)
+    reply.start(status, (*headers, request_id_header(request_id)), len(body), body)
     reply.end()
 
 
 def send_rejected(reply: Reply, rejected: EngineRejected, request_id: str) -> None:
     """An engine refused the request itself (4xx): the client gets that answer, nothing is retried.
 
-    The body is the engine's, reshaped to OpenAI's error object when it is not one already.
+    The body is the engine's when it is OpenAI's error object already, else reshaped to one.
     """
-    body = rejected.body
     try:
         data = json.loads(rejected.body)
-        reshape = not (isinstance(data, dict) and isinstance(data.get("error"), dict))
+        theirs = isinstance(data, dict) and isinstance(data.get("error"), dict)
     except (ValueError, UnicodeDecodeError):
-        reshape = True
-    if reshape:
-        message = engine_error_message(rejected.status, rejected.body)
-        kind = "not_found_error" if rejected.status == 404 else "invalid_request_error"
-        body = json.dumps(error_body(message, type=kind, code=str(rejected.status))).encode()
-    send_whole(reply, rejected.status, body, request_id)
+        theirs = False
+    if theirs:
+        send_whole(reply, rejected.status, rejected.body, request_id)
+        return
+    kind = "not_found_error" if rejected.status == 404 else "invalid_request_error"
+    send_error(reply, ApiError(rejected.status, engine_error_message(rejected.status, rejected.body), type=kind),
+               request_id)
 
 
 def send_error(reply: Reply, error: ApiError, request_id: str | None = None) -> None:
-    """An OpenAI error object as the whole answer; once an answer has begun, just its end."""
+    """An OpenAI error object as the whole answer: the one way an error reaches a client.
+
+    An answer that has begun cannot become an error any more: it is cut (the client's
+    connection dropped) so that what was sent never passes for a whole answer. A stream that
+    knows it stands between two events ends with the error inside it instead (:func:`end_stream`).
+    """
     if reply.started:
-        reply.end()
+        reply.abort()
         return
-    body = json.dumps(error.body(), ensure_ascii=False, separators=(",", ":")).encode()
+    body = error.json()
     headers = [*JSON, *((k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in error.headers.items())]
     if request_id is not None:
         headers.append(request_id_header(request_id))
-    reply.start(error.status, headers, len(body))
-    reply.write(body)
+    reply.start(error.status, headers, len(body), body)
     reply.end()
+
+
+def end_stream(reply: Reply, error: ApiError) -> None:
+    """End an event stream that has begun, between two events, with ``error``: its event, then
+    ``[DONE]``, then the stream's clean end."""
+    reply.flow(None)
+    reply.end(error.event())
 
 
 def outcome_of(error: ApiError) -> str:

@@ -33,7 +33,7 @@ from syshaxd.conductor.reply import (
     send_whole,
 )
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
-from syshaxd.errors import ApiError, engine_error_message, sse_error
+from syshaxd.errors import ApiError, engine_error_message
 from syshaxd.routing import Decision, Handoff
 
 #: The dispatcher's whole path: ``(flight, engine, body, headers, reply, earlier failure)``.
@@ -163,17 +163,17 @@ async def _merged_chunks(
             yield writer.usage(prompt, completion)
         yield writer.done()
         outcome = "ok"
+    # The chunks written so far are whole events: an error ends the stream inside it (relay.py's rule).
     except EngineFailure as failure:
         outcome = "engine_error"
-        yield sse_error(f"split failed after the answer started: {failure}")
+        yield ApiError(502, f"split failed after the answer started: {failure}", type="upstream_error").event()
     except EngineRejected as rejected:
         outcome = "rejected"
-        yield sse_error(f"engine {rejected.engine} refused the continuation: "
-                        f"{engine_error_message(rejected.status, rejected.body)}",
-                        type="invalid_request_error", code=str(rejected.status))
+        yield ApiError(rejected.status, f"engine {rejected.engine} refused the continuation: "
+                       f"{engine_error_message(rejected.status, rejected.body)}").event()
     except asyncio.TimeoutError:
         outcome = "timeout"
-        yield sse_error("request exceeded system.request_timeout", type="timeout", code="504")
+        yield ApiError(504, "request exceeded system.request_timeout", type="timeout").event()
     except (asyncio.CancelledError, GeneratorExit):
         outcome = "client_disconnect"
         raise

@@ -74,8 +74,9 @@ class EngineClient:
         exchange.start(conn)
         return exchange
 
-    async def exchange(self, request: bytes, sink: Sink) -> Exchange:
-        """Send a whole request; the answer goes to ``sink``, called back as bytes arrive.
+    async def exchange(self, request: bytes, sink: Sink, no_body: bool = False) -> Exchange:
+        """Send a whole request; the answer goes to ``sink``, called back as bytes arrive
+        (``no_body``: the request is HEAD, its answer ends with the headers).
 
         Raises:
             EngineFailure: the engine cannot be reached.
@@ -84,7 +85,7 @@ class EngineClient:
             conn = await self.pool.acquire()
         except OSError as exc:
             raise EngineFailure(self.name, describe_error(exc)) from None
-        exchange = Exchange(self.pool, request, sink)
+        exchange = Exchange(self.pool, request, sink, no_body)
         exchange.start(conn)
         return exchange
 

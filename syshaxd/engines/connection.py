@@ -5,6 +5,7 @@ cheapest path Python offers: no client library, no task per response. A response
 to a :class:`Sink` by callbacks, straight from the event loop's read: the relay writes it on
 to the client in the same callback. The body of one read is given to the sink in one piece
 (the chunks the engine sent together), so several chunks already waiting cost one write.
+Interim answers (1xx) are read past; the answer to a HEAD request ends with its headers.
 
 The pool keeps idle connections in a stack: a request takes the most recently used one whose
 keep-alive has not expired and which the engine has not closed, else opens a new one (with
@@ -19,8 +20,8 @@ import asyncio
 import socket
 import time
 from collections import deque
-from collections.abc import Callable
-from typing import Protocol, cast
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol, cast
 
 import httptools
 
@@ -49,8 +50,9 @@ class Sink(Protocol):
         """More of the body (the de-chunked bytes of one read)."""
         ...
 
-    def on_end(self) -> None:
-        """The response is complete (the connection may already carry the next request)."""
+    def on_end(self, last: bytes = b"") -> None:
+        """The response is complete (the connection may already carry the next request);
+        ``last``: the body's last bytes, when they came in the read that ended it."""
         ...
 
     def on_lost(self, exc: BaseException) -> None:
@@ -83,6 +85,9 @@ class EngineConnection(asyncio.Protocol):
         self._body: list[bytes] = []
         self._keep = True
         self._done = False
+        self._interim = False  # reading a 1xx answer, which the final one follows
+        self._no_body = False  # the request was HEAD: the answer has no body, whatever it declares
+        self._stale_parser = False  # the parser still expects a body that will never come
 
     # -- asyncio.Protocol ------------------------------------------------------------
 
@@ -93,15 +98,25 @@ class EngineConnection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self._parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(ConnectionLost(f"the engine's answer is not HTTP: {exc}"))
+        except httptools.HttpParserUpgrade:
+            self._fail(ConnectionLost("the engine switched protocols (101), which syshaxd never asks for"))
             return
+        except httptools.HttpParserError as exc:
+            if self._parser.get_status_code() == 101:  # llhttp pauses on a 101 without Upgrade too
+                self._fail(ConnectionLost("the engine switched protocols (101), which syshaxd never asks for"))
+            else:
+                self._fail(ConnectionLost(f"the engine's answer is not HTTP: {exc}"))
+            return
+        last = b""
         if self._body:
             body, self._body = self._body, []
-            if self.sink is not None:
-                self.sink.on_body(body[0] if len(body) == 1 else b"".join(body))
+            data = body[0] if len(body) == 1 else b"".join(body)
+            if self._done:
+                last = data  # the end came with it: one call, so the relay can write both at once
+            elif self.sink is not None:
+                self.sink.on_body(data)
         if self._done:
-            self._finish()
+            self._finish(last)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
@@ -118,25 +133,40 @@ class EngineConnection(asyncio.Protocol):
         self._headers.append((name.lower(), value))
 
     def on_headers_complete(self) -> None:
+        headers, self._headers = self._headers, []
+        status = self._parser.get_status_code()
+        if status < 200:
+            # 100 Continue, 103 Early Hints: the answer is still to come (llhttp reads past their
+            # end). A 101 is no answer at all: the parser stops on it and the connection fails.
+            self._interim = True
+            return
         self.answered = True
         self._keep = self._parser.should_keep_alive()
-        headers, self._headers = self._headers, []
+        if self._no_body:
+            # llhttp cannot be told the request was HEAD: it would wait for the body the headers
+            # declare. The answer is over; the parser is replaced before the next request.
+            self._done = self._stale_parser = True
         if self.sink is not None:
-            self.sink.on_head(self._parser.get_status_code(), headers)
+            self.sink.on_head(status, headers)
 
     def on_body(self, body: bytes) -> None:
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._interim:
+            self._interim = False
+            return
         self._done = True
 
     # -- requests --------------------------------------------------------------------
 
-    def send(self, request: bytes, sink: Sink) -> None:
-        """Write one whole request; the response goes to ``sink``."""
+    def send(self, request: bytes, sink: Sink, no_body: bool = False) -> None:
+        """Write one whole request; the response goes to ``sink``. ``no_body``: the request was
+        HEAD, so the answer ends with its headers."""
         assert self.transport is not None and self.sink is None
         self.sink = sink
         self.answered = self._done = False
+        self._no_body = no_body
         self.transport.write(request)
 
     def abort(self) -> None:
@@ -155,15 +185,18 @@ class EngineConnection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.resume_reading()
 
-    def _finish(self) -> None:
+    def _finish(self, last: bytes = b"") -> None:
         sink, self.sink = self.sink, None
         self.reused = True
+        if self._stale_parser:
+            self._stale_parser = False
+            self._parser = httptools.HttpResponseParser(self)
         if self._keep and self.transport is not None and not self.transport.is_closing():
             self.pool.release(self)
         elif self.transport is not None:
             self.transport.close()
         if sink is not None:
-            sink.on_end()
+            sink.on_end(last)
 
     def _fail(self, exc: BaseException) -> None:
         sink, self.sink = self.sink, None
@@ -186,6 +219,7 @@ class ConnectionPool:
         self._clock = clock
         self._idle: deque[EngineConnection] = deque()  # oldest left, newest right
         self._open: set[EngineConnection] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()  # kept until they end (the loop holds only weak references)
         self.closed = False
         self.opened = 0  # connections opened, ever: how well keep-alive works (tests read it)
 
@@ -256,9 +290,18 @@ class ConnectionPool:
         except ValueError:
             pass
 
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro`` as a task of this pool, kept until it ends; cancelled by :meth:`close`."""
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
     def close(self) -> None:
-        """Close every connection, busy ones too: their sinks see the connection lost."""
+        """Close every connection, busy ones too: their sinks see the connection lost; and
+        cancel the pool's own tasks (a request being sent again)."""
         self.closed = True
+        for task in [*self._tasks]:
+            task.cancel()
         for conn in [*self._open]:
             if conn.transport is not None:
                 conn.transport.abort()  # the sink stays: connection_lost tells it

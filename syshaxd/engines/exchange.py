@@ -25,13 +25,15 @@ class Exchange:
     """One request and its answer on a connection of the pool; the sink's handle to stop it.
 
     A request sent on a reused connection that the engine closed before answering (it timed
-    the connection out as the request left) goes again, once, on a new connection.
+    the connection out as the request left) goes again, once, on a new connection. ``no_body``:
+    the request is HEAD, so its answer ends with the headers.
     """
 
-    def __init__(self, pool: ConnectionPool, request: bytes, sink: Sink) -> None:
+    def __init__(self, pool: ConnectionPool, request: bytes, sink: Sink, no_body: bool = False) -> None:
         self.pool = pool
         self.request = request
         self.sink = sink
+        self.no_body = no_body
         self.conn: EngineConnection | None = None
         self.aborted = False
         self._retried = False
@@ -39,7 +41,7 @@ class Exchange:
     def start(self, conn: EngineConnection) -> None:
         """Send the request on ``conn``."""
         self.conn = conn
-        conn.send(self.request, self)
+        conn.send(self.request, self, self.no_body)
 
     def abort(self) -> None:
         """Drop the connection (the engine stops the request); no more callbacks come."""
@@ -65,8 +67,8 @@ class Exchange:
     def on_body(self, data: bytes) -> None:
         self.sink.on_body(data)
 
-    def on_end(self) -> None:
-        self.sink.on_end()
+    def on_end(self, last: bytes = b"") -> None:
+        self.sink.on_end(last)
 
     def on_lost(self, exc: BaseException) -> None:
         conn = self.conn
@@ -74,7 +76,7 @@ class Exchange:
             self.sink.on_lost(exc)
             return
         self._retried = True
-        asyncio.ensure_future(self._again(exc))
+        self.pool.spawn(self._again(exc))
 
     async def _again(self, first: BaseException) -> None:
         try:
@@ -82,6 +84,9 @@ class Exchange:
         except OSError:
             self.sink.on_lost(first)
             return
+        except asyncio.CancelledError:  # the pool closed: the sink must still hear of it
+            self.sink.on_lost(first)
+            raise
         if self.aborted:
             self.pool.release(conn)
             return
@@ -117,7 +122,9 @@ class EngineResponse:
             self.exchange.pause_reading()
         self._wake()
 
-    def on_end(self) -> None:
+    def on_end(self, last: bytes = b"") -> None:
+        if last:
+            self._chunks.append(last)
         self._ended = True
         self._wake()
 

@@ -63,7 +63,7 @@ def test_once_without_a_daemon_says_so(short_tmp: Path) -> None:
     missing = short_tmp / "none.sock"
     done = run_console("--once", "--socket", str(missing))
     assert done.returncode == 1
-    assert f"no daemon on {missing}: the socket does not exist (is syshaxd running?)" in done.stderr
+    assert f"syshaxd is not running: the socket {missing} does not exist" in done.stderr
     assert "Traceback" not in done.stderr
 
 

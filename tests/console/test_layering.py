@@ -1,5 +1,6 @@
 """Dependencies flow one way: model and client never import Textual; nothing imports FastAPI;
-of the daemon, the console uses only its vocabulary (schema, sse, locate)."""
+of the daemon, the console uses only its vocabulary (schema, sse, locate) and the control
+API's client it shares with ``syshax`` (control_client)."""
 
 from __future__ import annotations
 
@@ -19,9 +20,10 @@ bad = sorted(m for m in sys.modules if m.split('.')[0] in {forbidden!r})
 assert not bad, bad
 """
 
-#: The daemon modules any client may import: the wire models, the event-stream reader and the
-#: socket locator. ``syshaxd.config`` is not one: it pulls in the config models and ruamel.
-DAEMON_VOCABULARY = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate"}
+#: The daemon modules any client may import: the wire models, the event-stream reader, the
+#: socket locator and the control client. ``syshaxd.config`` is not one: it pulls in the config
+#: models and ruamel.
+DAEMON_VOCABULARY = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate", "syshaxd.control_client"}
 
 # Imports each module in turn and names the daemon modules that appeared with it.
 BLAME = """

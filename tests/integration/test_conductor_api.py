@@ -103,6 +103,28 @@ def test_models_health_metrics_and_docs(stack: Stack) -> None:
     assert httpx.get(f"{stack.url}/openapi.json", timeout=5).json()["paths"]["/v1/chat/completions"]
 
 
+def test_the_boxs_own_routes_answer_get_and_head_and_document_themselves(stack: Stack) -> None:
+    paths = httpx.get(f"{stack.url}/openapi.json", timeout=5).json()["paths"]
+    own = {"/v1/models", "/health", "/metrics", "/get_load", "/load", "/get_model_info", "/get_server_info"}
+    assert own <= {path for path, ops in paths.items() if set(ops) == {"get"}}
+    assert {"/v1/chat/completions", "/v1/completions", "/v1/chat/pd_disagg"} <= {
+        path for path, ops in paths.items() if set(ops) == {"post"}}
+    assert not {"/docs", "/redoc", "/openapi.json"} & set(paths)
+    for page in ("/docs", "/redoc"):
+        r = httpx.get(f"{stack.url}{page}", timeout=5)
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+        assert "/openapi.json" in r.text
+    head = httpx.head(f"{stack.url}/health", timeout=5)
+    got = httpx.get(f"{stack.url}/health", timeout=5)
+    assert head.status_code == got.status_code == 200 and head.content == b""
+    assert head.headers["content-type"] == got.headers["content-type"] == "application/json"
+    metrics = httpx.get(f"{stack.url}/metrics", timeout=5)
+    assert metrics.headers["content-type"].startswith("text/plain; version=0.0.4") and "syshax_" in metrics.text
+    refused = httpx.post(f"{stack.url}/health", json={}, timeout=5)
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"
+    assert refused.json()["error"]["message"] == "POST /health: Method Not Allowed"
+
+
 @pytest.mark.parametrize(
     ("body", "status", "needle"),
     [
