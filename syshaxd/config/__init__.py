@@ -4,6 +4,7 @@ runtime values. Other packages import from here.
 
 from __future__ import annotations
 
+from syshaxd.config.edge import EdgeLimits
 from syshaxd.config.layers import (
     DEFAULT_LOCATIONS,
     ENV_CONFIG,
@@ -70,6 +71,7 @@ __all__ = [
     "DEFAULT_LOCATIONS",
     "Decider",
     "DeviceService",
+    "EdgeLimits",
     "Dialect",
     "ENV_CONFIG",
     "ENV_PREFIX",
