@@ -1,4 +1,4 @@
-"""The API's guard: a bound on request heads, and the API key."""
+"""The API's guard: the API key, checked on every request once its head is read."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ import hmac
 
 from syshaxd.api.asgi import Request
 from syshaxd.errors import ApiError
-
-#: Largest request head (all header names and values) accepted; 431 above.
-MAX_HEADER_BYTES = 64 * 1024
 
 
 class Guard:
