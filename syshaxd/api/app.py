@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi import Request as FastAPIRequest
 from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from syshaxd import __version__
@@ -39,7 +40,7 @@ log = logging.getLogger("syshaxd.api")
 def create_api_server(dispatcher: Dispatcher[Any], conductor: Conductor, config: Config, info: FastAPI) -> ApiServer:
     """The daemon's API port: the dispatcher answers completions, ``info`` (:func:`create_info_app`)
     syshaxd's own routes, the engines every other route they serve."""
-    return _api_server(dispatcher, conductor, config, own_paths(info), _asgi_route(info))
+    return _api_server(dispatcher, conductor, config, own_paths(info), _asgi_route(info), conductor.registry)
 
 
 def create_worker_api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: Iterable[str],
@@ -57,14 +58,15 @@ def own_paths(info: FastAPI) -> frozenset[str]:
 
 
 def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: frozenset[str],
-                own_handler: Handler) -> ApiServer:
+                own_handler: Handler, registry: CollectorRegistry | None = None) -> ApiServer:
     service = config.services.conductor
     api_key = service.api_key.get_secret_value() if service.api_key else None
     routes: dict[str, Handler] = completion_routes(dispatcher, config)
     routes.update({path: own_handler for path in own if path not in routes})
     open_paths = frozenset(path for path in own if not path.startswith("/v1/"))  # health, metrics, docs
     passthrough = passthrough_route(books, config.system.request_timeout)
-    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough)
+    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough,
+                     limits=service.limits, registry=registry)
 
 
 def create_info_app(conductor: Conductor, engines: Sequence[EngineClient],
