@@ -101,6 +101,18 @@ def test_without_the_key_a_body_is_refused_before_a_byte_of_it_is_read(edge: Sta
             client.close()
 
 
+def test_syshaxds_open_routes_take_no_body_from_a_client_without_the_key(edge: Stack) -> None:
+    # /health and the docs need no key (probes, Prometheus): a body there is refused on its head.
+    with Client(edge.url) as client:
+        client.send(b"POST /health HTTP/1.1\r\nhost: edge\r\ncontent-length: %d\r\n\r\n" % (4 * 2**20))
+        answer = client.answer()
+        assert answer.status == 413 and answer.headers[b"connection"] == b"close"
+        assert client.closed()
+    with Client(edge.url) as client:
+        client.send(b"GET /health HTTP/1.1\r\nhost: edge\r\ncontent-length: 0\r\n\r\n")
+        assert client.answer().status == 200
+
+
 def test_slow_bodies_with_the_key_are_timed_out_and_others_served_meanwhile(edge: Stack) -> None:
     before = refused_count(edge, "body_timeout")
     clients = [Client(edge.url) for _ in range(6)]
