@@ -148,7 +148,7 @@ def push_until_refused(client: Client, data: bytes, limit: int) -> tuple[int, bo
     """Send ``data`` in a loop, never reading, until ``limit`` bytes went or the server stopped
     taking them; returns (bytes sent, whether the server closed or reset the connection)."""
     sent = 0
-    client.sock.settimeout(0.5)  # a send that blocks this long: the server is not reading
+    client.sock.settimeout(3.0)  # a send that blocks this long: the server stopped reading
     while sent < limit:
         try:
             sent += client.sock.send(data)
