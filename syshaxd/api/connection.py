@@ -16,14 +16,13 @@ read: a refused request costs no body, and ``100 Continue`` goes only to an HTTP
 whose request is the one being handled, may pass, and has a body to send. A request that
 cannot be read gets its error after the answers before it, then the connection closes; a
 closing connection reads (and discards) what the client still sends for :data:`LINGER`
-seconds (at most :data:`LINGER_BYTES`) after its last answer, so that those bytes do not
-reset the connection before the client read the answer.
+seconds after its last answer (at most :data:`LINGER_BYTES` of it: then reading pauses), so
+that those bytes do not reset the connection before the client could read the answer.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
@@ -33,13 +32,12 @@ from syshaxd.api.gate import Gate
 from syshaxd.api.guard import Guard
 from syshaxd.api.incoming import Incoming, Refusal
 from syshaxd.api.reader import RequestReader
+from syshaxd.api.refusals import failed, turned_away
 from syshaxd.api.response import Response
 from syshaxd.conductor import send_error
 from syshaxd.config import EdgeLimits
 from syshaxd.engines import set_nodelay
 from syshaxd.errors import ApiError
-
-log = logging.getLogger("syshaxd.api")
 
 #: A route: answers at once (returns None) or returns what to await for the answer.
 Handler = Callable[[Request, Response], Awaitable[None] | None]
@@ -69,16 +67,6 @@ class Site(Protocol):
     def closed(self, conn: HttpConnection) -> None:
         """A connection is gone."""
         ...
-
-
-def _failed(request: Request, response: Response, exc: Exception) -> None:
-    """An error before or while answering: an OpenAI error object, or the end of what began."""
-    if not isinstance(exc, ApiError):
-        log.error("internal error on %s %s", request.method, request.path, exc_info=exc)
-        exc = ApiError(500, "internal error in syshaxd (logged)", type="internal_error")
-    elif response.started:
-        log.warning("error after the answer started on %s %s: %s", request.method, request.path, exc)
-    send_error(response, exc)
 
 
 class HttpConnection(asyncio.Protocol):
@@ -111,18 +99,20 @@ class HttpConnection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
         set_nodelay(transport)
-        peer, local = transport.get_extra_info("peername"), transport.get_extra_info("sockname")
-        self.reader.peer = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        peer = transport.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) else None
+        past_cap = self.server.gate.admit(address)
+        if past_cap is not None:
+            # At once, and as cheaply as can be: the descriptor is what is short, and a flood
+            # brings thousands of these a second.
+            self.reader.ended = True
+            self.transport.write(turned_away(past_cap))
+            self.transport.close()
+            return
+        local = transport.get_extra_info("sockname")
+        self.reader.peer = (address, int(peer[1])) if address is not None else None
         self.reader.local = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
         self.server.opened(self)
-        address = self.reader.peer[0] if self.reader.peer is not None else None
-        turned_away = self.server.gate.admit(address)
-        if turned_away is not None:
-            self.reader.ended = True
-            send_error(Response(self, keep_alive=False),
-                       ApiError(503, turned_away, type="service_unavailable", code="503", headers={"Retry-After": "1"}))
-            self.transport.close()  # at once: the descriptor is what is short
-            return
         self._address = address
         self._ready_at = self.loop.time()
         self._park()
@@ -132,8 +122,8 @@ class HttpConnection(asyncio.Protocol):
         if reader.ended:  # nothing more is read (lingering, or paused with one read in hand)
             if self._lingering:
                 self._discarded += len(data)
-                if self._discarded > LINGER_BYTES and self.transport is not None:
-                    self.transport.close()  # a client that keeps sending is not reading: no need to wait
+                if self._discarded > LINGER_BYTES:
+                    self._pause()  # the rest waits in the socket until the linger ends
             return
         reader.feed(data)
         self._advance()
@@ -234,7 +224,7 @@ class HttpConnection(asyncio.Protocol):
         try:
             pending = self.server.handler(request)(request, response)
         except Exception as exc:
-            _failed(request, response, exc)
+            failed(request, response, exc)
             return
         if pending is not None:
             if self.task is not None and not self.task.done():
@@ -247,7 +237,7 @@ class HttpConnection(asyncio.Protocol):
         except asyncio.CancelledError:
             pass  # the client left
         except Exception as exc:
-            _failed(request, response, exc)
+            failed(request, response, exc)
 
     def _hold(self, task: asyncio.Task[None]) -> None:
         # The loop keeps only a weak reference to a task: one nobody holds may vanish mid-run.

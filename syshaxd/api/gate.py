@@ -74,7 +74,7 @@ class Gate:
             return f"this server holds its limit of {self.cap} connections (services.conductor.limits)"
         if self.per_client and self._by_address[address] >= self.per_client:
             self.m_refused.labels("client_limit").inc()
-            return (f"{address} holds its limit of {self.per_client} connections "
+            return (f"this client address holds its limit of {self.per_client} connections "
                     "(services.conductor.limits.max_connections_per_client)")
         self.open += 1
         if self.per_client:

@@ -107,6 +107,7 @@ class Incoming:
                 declared = int(value)  # the parser lets through one length, of digits only
             elif name == b"transfer-encoding":
                 self.has_body = True
+                self._check_codings(value)
         if declared is not None:
             if declared > max_body:
                 raise Refusal(413, f"request body of {declared} bytes is over the limit of {max_body} bytes "
@@ -115,6 +116,17 @@ class Incoming:
         expect = next((v for k, v in self.headers if k == b"expect"), None)
         self.continue_wanted = (version == "1.1" and self.has_body and expect is not None
                                 and expect.lower() == b"100-continue")
+
+    @staticmethod
+    def _check_codings(value: bytes) -> None:
+        # RFC 9112 6.1: a request body whose last coding is not chunked has no length (400);
+        # codings before it this server does not undo (501).
+        codings = [c.strip().lower() for c in value.split(b",")]
+        if codings[-1] != b"chunked":
+            raise Refusal(400, f"Transfer-Encoding {value[:60]!r} does not end in chunked", "malformed")
+        if len(codings) > 1:
+            raise Refusal(501, f"Transfer-Encoding {value[:60]!r} is not supported: send the body "
+                          "with a Content-Length or only chunked", "malformed", "not_implemented")
 
     # -- the body ------------------------------------------------------------------
 
