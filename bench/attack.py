@@ -5,9 +5,11 @@ docs/reliability.md advises for an exposed port, an open-file limit of 1,024) in
 simulated engines. For each attack (bench/_attackers.py, run without the key from a process
 of its own): a well-behaved client streams small chat requests on a kept-alive connection
 from another address, first in quiet (its p50 TTFT there is the baseline), then while the
-attack runs; the daemon's RSS and open fds are sampled from /proc throughout. When the
-attacker leaves, the time until a new connection is served is measured, and memory is read
-again once the daemon has been idle long enough to return what it freed. Targets (issue 35):
+attack runs, then in quiet again once the attacker left (the quiet figure is both spells,
+so a machine whose load drifts does not pass for the attack's effect); the daemon's RSS and
+open fds are sampled from /proc throughout. When the attacker leaves, the time until a new
+connection is served is measured, and memory is read again once the daemon has been idle
+long enough to return what it freed. Targets (issue 35):
 p50 TTFT under attack within 2x of quiet, peak RSS under baseline + 100 MB, RSS after within
 10% of baseline, new connections served within 1 s.
 
@@ -56,10 +58,7 @@ def p50(values: list[float]) -> float | None:
 def attack(stack: Daemon, name: str, seconds: float, scale: float, settle: float) -> dict[str, Any]:
     """One attack: quiet baseline, the attack, the attacker leaving, memory after."""
     rss0, fds0 = stack.usage()
-    quiet = GoodClient(stack.url)
-    quiet.start()
-    time.sleep(min(seconds, 5.0))
-    quiet_ttfts, quiet_failures = quiet.stop()
+    quiet_ttfts, quiet_failures = quiet_spell(stack, min(seconds, 5.0))
     before = refusals(stack.url)
     host, port = stack.url.removeprefix("http://").split(":")
     attacker = subprocess.Popen([sys.executable, __file__, "--attacker", name, "--host", host, "--port", port,
@@ -82,6 +81,10 @@ def attack(stack: Daemon, name: str, seconds: float, scale: float, settle: float
     time.sleep(settle)  # idle: the daemon returns freed memory after 5 s of it
     rss1, fds1 = stack.usage()
     after = refusals(stack.url)
+    # Quiet again after the attack: the baseline is both spells, so a machine whose load
+    # drifts during the run (others share it) does not pass for the attack's effect.
+    later_ttfts, later_failures = quiet_spell(stack, min(seconds, 5.0))
+    quiet_ttfts, quiet_failures = quiet_ttfts + later_ttfts, quiet_failures + later_failures
     return {
         "attack": name, "what": _attackers.ATTACKS[name][2], "scale": scale, "seconds": seconds, "attacker": tally,
         "quiet_ttft_p50_ms": _ms(p50(quiet_ttfts)), "quiet_requests": len(quiet_ttfts), "quiet_failures": quiet_failures,
@@ -91,6 +94,14 @@ def attack(stack: Daemon, name: str, seconds: float, scale: float, settle: float
         "served_again_s": None if recovery is None else round(recovery, 3),
         "refused": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after if after.get(k, 0.0) > before.get(k, 0.0)},
     }
+
+
+def quiet_spell(stack: Daemon, seconds: float) -> tuple[list[float], list[str]]:
+    """The well-behaved client alone for ``seconds``: its TTFTs and failures."""
+    client = GoodClient(stack.url)
+    client.start()
+    time.sleep(seconds)
+    return client.stop()
 
 
 def _ms(seconds: float | None) -> float | None:
