@@ -275,8 +275,9 @@ class HttpConnection(asyncio.Protocol):
         self.response = None
         self.served += 1
         self._ready_at = self.loop.time()
-        if not response.keep_alive:
+        if not response.keep_alive:  # its end may be the close itself (HTTP/1.0): nothing may follow
             self.reader.ended = True
+            self.reader.queue.clear()
         self._advance()
 
     def abort(self) -> None:

@@ -171,3 +171,15 @@ def test_head_on_a_passed_through_route_is_answered_without_a_body_and_without_h
         client.send(b"HEAD /version HTTP/1.1\r\nhost: edge\r\n" + AUTH + b"\r\nGET /health HTTP/1.1\r\nhost: edge\r\n\r\n")
         assert client.answer(head_only=True).status == 200
         assert client.answer().json()["status"] == "ok"
+
+
+def test_nothing_follows_an_answer_whose_end_is_the_close(edge: Stack) -> None:
+    # A stream to an HTTP/1.0 client ends when the connection does, even one that asked to be
+    # kept alive: a request pipelined behind it must not be answered into that body.
+    stream = chat_body(max_tokens=20, stream=True)
+    with Client(edge.url) as client:
+        client.send(CHAT_HEAD.replace(b"HTTP/1.1", b"HTTP/1.0") + b"connection: keep-alive\r\n"
+                    + b"content-length: %d\r\n\r\n" % len(stream) + stream + MODELS + b"\r\n")
+        answer = client.answer()
+        assert answer.status == 200 and answer.headers[b"connection"] == b"close"
+        assert b"HTTP/1.1" not in answer.body and answer.body.rstrip().endswith(b"data: [DONE]")
