@@ -43,6 +43,16 @@ class Daemon:
         proc = psutil.Process(self.proc.pid)
         return proc.memory_info().rss / 2**20, proc.num_fds()
 
+    def cpu(self) -> float:
+        """CPU seconds the daemon used so far (user and system)."""
+        return cpu_seconds(self.proc.pid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds a process used so far (user and system, from /proc)."""
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
 
 @contextmanager
 def daemon(limits: dict[str, Any]) -> Iterator[Daemon]:

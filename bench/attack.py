@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
@@ -39,7 +40,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import _attackers  # noqa: E402
-from bench._attack_stack import Daemon, GoodClient, daemon, refusals, served_after  # noqa: E402
+from bench._attack_stack import Daemon, GoodClient, cpu_seconds, daemon, refusals, served_after  # noqa: E402
 from bench._common import results_dir  # noqa: E402
 
 console = Console()
@@ -67,10 +68,17 @@ def attack(stack: Daemon, name: str, seconds: float, scale: float, settle: float
         good = GoodClient(stack.url)
         good.start()
         peak_rss, peak_fds = rss0, fds0
+        began, cpu0, attacker_cpu = time.perf_counter(), stack.cpu(), 0.0
         while attacker.poll() is None:
             rss, fds = stack.usage()
             peak_rss, peak_fds = max(peak_rss, rss), max(peak_fds, fds)
+            try:
+                attacker_cpu = cpu_seconds(attacker.pid)
+            except psutil.Error:
+                pass  # it just ended
             time.sleep(0.2)
+        busy = time.perf_counter() - began
+        daemon_cpu = (stack.cpu() - cpu0) / busy
         ttfts, failures = good.stop()
         tally = json.loads(attacker.communicate(timeout=30)[0].strip().splitlines()[-1])
     finally:
@@ -92,6 +100,7 @@ def attack(stack: Daemon, name: str, seconds: float, scale: float, settle: float
         "rss_baseline_mb": round(rss0, 1), "rss_peak_mb": round(peak_rss, 1), "rss_after_mb": round(rss1, 1),
         "fds_baseline": fds0, "fds_peak": peak_fds, "fds_after": fds1,
         "served_again_s": None if recovery is None else round(recovery, 3),
+        "daemon_cpu_share": round(daemon_cpu, 3), "attacker_cpu_share": round(attacker_cpu / busy, 3),
         "refused": {k: after.get(k, 0.0) - before.get(k, 0.0) for k in after if after.get(k, 0.0) > before.get(k, 0.0)},
     }
 
@@ -140,7 +149,7 @@ def table(rows: list[dict[str, Any]]) -> Table:
     out = Table(title="The edge under attack (API key set; targets: TTFT <= 2x quiet, peak < base + 100 MB, "
                       "after <= base x 1.1, served again <= 1 s)")
     for col in ("attack", "TTFT p50 quiet / attack", "ratio", "RSS MB base / peak / after", "fds base / peak / after",
-                "served again", "refused", "verdict"):
+                "served again", "CPU daemon / attacker", "refused", "verdict"):
         out.add_column(col)
     for row in rows:
         quiet, loud = row["quiet_ttft_p50_ms"], row["ttft_p50_ms"]
@@ -150,7 +159,8 @@ def table(rows: list[dict[str, Any]]) -> Table:
         again = "never" if row["served_again_s"] is None else f"{row['served_again_s'] * 1e3:.0f} ms"
         out.add_row(row["attack"], f"{quiet} / {loud} ms", ratio,
                     f"{row['rss_baseline_mb']:.0f} / {row['rss_peak_mb']:.0f} / {row['rss_after_mb']:.0f}",
-                    f"{row['fds_baseline']} / {row['fds_peak']} / {row['fds_after']}", again, refused,
+                    f"{row['fds_baseline']} / {row['fds_peak']} / {row['fds_after']}", again,
+                    f"{row['daemon_cpu_share']:.0%} / {row['attacker_cpu_share']:.0%}", refused,
                     "[green]ok[/]" if not misses else "[red]miss: " + ", ".join(misses) + "[/]")
     return out
 

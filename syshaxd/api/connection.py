@@ -72,17 +72,25 @@ class Site(Protocol):
 class HttpConnection(asyncio.Protocol):
     """One client connection: requests read, answered in order."""
 
+    __slots__ = ("_address", "_advancing", "_closing", "_discarded", "_drained", "_finishing", "_lingering",
+                 "_parked", "_paused", "_ready_at", "_writable", "admitted", "deadline", "limits", "loop", "reader",
+                 "response", "served", "server", "task", "transport")
+
+    loop: asyncio.AbstractEventLoop  # once admitted
+    reader: RequestReader
+    deadline: Deadline
+
     def __init__(self, server: Site) -> None:
+        # Every accepted socket makes one, a flood's too: what only an admitted connection
+        # needs (its parser, its deadline) is made in connection_made.
         self.server = server
         self.limits = server.limits
-        self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
-        self.reader = RequestReader(server.limits, server.max_body, (None, None), self.loop.time, server.gate.refused)
+        self.admitted = False
         self.response: Response | None = None  # the answer being written
         self.task: asyncio.Task[None] | None = None  # what the answer awaits
         self.served = 0
-        self.deadline = Deadline(self.loop, self._expired)
-        self._finishing: set[asyncio.Task[None]] = set()  # earlier answers' tasks, still finishing
+        self._finishing: set[asyncio.Task[None]] | None = None  # earlier answers' tasks, still finishing
         self._closing = False  # the daemon is stopping: close after the answer in progress
         self._lingering = False
         self._discarded = 0  # bytes read and dropped while lingering
@@ -98,26 +106,31 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # uvloop's is no asyncio.Transport subclass
-        set_nodelay(transport)
         peer = transport.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) else None
         past_cap = self.server.gate.admit(address)
         if past_cap is not None:
             # At once, and as cheaply as can be: the descriptor is what is short, and a flood
             # brings thousands of these a second.
-            self.reader.ended = True
             self.transport.write(turned_away(past_cap))
             self.transport.close()
             return
-        local = transport.get_extra_info("sockname")
-        self.reader.peer = (address, int(peer[1])) if address is not None else None
-        self.reader.local = (str(local[0]), int(local[1])) if isinstance(local, tuple) else None
-        self.server.opened(self)
+        set_nodelay(transport)
+        self.admitted = True
         self._address = address
+        self.loop = asyncio.get_running_loop()
+        local = transport.get_extra_info("sockname")
+        ends = ((address, int(peer[1])) if address is not None else None,
+                (str(local[0]), int(local[1])) if isinstance(local, tuple) else None)
+        self.reader = RequestReader(self.limits, self.server.max_body, ends, self.loop.time, self.server.gate.refused)
+        self.deadline = Deadline(self.loop, self._expired)
+        self.server.opened(self)
         self._ready_at = self.loop.time()
         self._park()
 
     def data_received(self, data: bytes) -> None:
+        if not self.admitted:
+            return
         reader = self.reader
         if reader.ended:  # nothing more is read (lingering, or paused with one read in hand)
             if self._lingering:
@@ -138,6 +151,8 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
+        if not self.admitted:
+            return
         self.deadline.cancel()
         if self._address is not None:
             self.server.gate.release(self._address)
@@ -157,7 +172,7 @@ class HttpConnection(asyncio.Protocol):
         self._wake_writers()
         if self.response is not None:
             self.response.resume()
-        else:
+        elif self.admitted:
             self._advance()  # the client drained the last answer: the next request may go
 
     # -- answering -----------------------------------------------------------------
@@ -241,6 +256,8 @@ class HttpConnection(asyncio.Protocol):
 
     def _hold(self, task: asyncio.Task[None]) -> None:
         # The loop keeps only a weak reference to a task: one nobody holds may vanish mid-run.
+        if self._finishing is None:
+            self._finishing = set()
         self._finishing.add(task)
         task.add_done_callback(self._finishing.discard)
 
