@@ -140,7 +140,7 @@ class HttpConnection(asyncio.Protocol):
             return
         reader.feed(data)
         self._advance()
-        if not self._parked and not self._lingering and (reader.queue or reader.incoming is not None or reader.ended):
+        if not self._parked and not self._lingering and (reader.queue or reader.head_began is not None or reader.ended):
             self._pause()  # bytes came that cannot be acted on yet: take no more until they can
 
     def eof_received(self) -> bool:
@@ -330,8 +330,8 @@ class HttpConnection(asyncio.Protocol):
         reader = self.reader
         if reader.queue:  # the body of the request in turn
             self.deadline.set(self.loop.time() + self.limits.body_timeout, "body")
-        elif reader.incoming is not None:  # the rest of a head (a connection's first: counted from the connection)
-            began = self._ready_at if self.served == 0 else max(reader.incoming.began, self._ready_at)
+        elif reader.head_began is not None:  # the rest of a head (a connection's first: counted from the connection)
+            began = self._ready_at if self.served == 0 else max(reader.head_began, self._ready_at)
             self.deadline.set(began + self.limits.head_timeout, "head")
         elif self.served == 0:
             self.deadline.set(self._ready_at + self.limits.head_timeout, "first")
