@@ -27,10 +27,6 @@ class SocketChoice:
         """The socket to try now: the first candidate that exists, else the fallback."""
         return next((path for path in self.candidates if exists(path)), self.fallback)
 
-    def describe(self) -> str:
-        """Where the console looks, for messages."""
-        return " or ".join(str(p) for p in self.candidates)
-
 
 def choose_socket(
     socket: str | None, config_path: str | None, env: Mapping[str, str] | None = None

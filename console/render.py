@@ -156,12 +156,6 @@ def heat_glyph(percent: float | None, bound: bool) -> tuple[str, str]:
     return HEAT[level], colour + underline
 
 
-def heat_cell(percent: float | None, bound: bool) -> Text:
-    """One core as Text (see :func:`heat_glyph`)."""
-    glyph, style = heat_glyph(percent, bound)
-    return Text(glyph, style=style)
-
-
 # ---------------------------------------------------------------------------------------
 # Panels
 

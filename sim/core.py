@@ -186,7 +186,6 @@ class EngineCore:
             return False
         self.prefix_cache.acquire(seq, match)
         self.free_blocks -= match.from_free
-        self.counters.prefix_cache_query_tokens += seq.num_tokens
         self.counters.prefix_cache_hit_tokens += match.cached
         return True
 

@@ -40,16 +40,12 @@ class KvStore:
     def __init__(self) -> None:
         self._entries: dict[str, KvEntry] = {}
         self._lock = threading.Lock()
-        self.puts = 0
-        self.hits = 0
-        self.misses = 0
 
     def put(self, key: str, entry: KvEntry) -> None:
         """Store an entry (replacing one under the same key)."""
         with self._lock:
             old = self._entries.pop(key, None)
             self._entries[key] = entry
-            self.puts += 1
         if old is not None and old.release is not None:
             old.release()
 
@@ -57,10 +53,6 @@ class KvStore:
         """Remove and return an entry; its origin's blocks are released."""
         with self._lock:
             entry = self._entries.pop(key, None)
-            if entry is None:
-                self.misses += 1
-            else:
-                self.hits += 1
         if entry is not None and entry.release is not None:
             entry.release()
         return entry

@@ -99,13 +99,11 @@ class Counters:
     steps: int = 0
     busy_time: float = 0.0
     prefill_time: float = 0.0  # share of busy time spent on prompt tokens
-    decode_time: float = 0.0
     finished: dict[str, int] = field(default_factory=dict)
     max_seq_tokens: int = 0
     handoff_imports: int = 0
     cached_prompt_tokens: int = 0  # context tokens whose KV arrived instead of being prefilled
-    prefix_cache_query_tokens: int = 0  # context tokens of admissions looked up in the prefix cache
-    prefix_cache_hit_tokens: int = 0  # of those, tokens found cached (not prefilled)
+    prefix_cache_hit_tokens: int = 0  # context tokens of admissions found in the prefix cache (not prefilled)
 
     def add_step(self, result: StepResult, duration: float) -> None:
         """Count one step (or fast-forwarded run of steps) that took ``duration`` seconds."""
@@ -116,6 +114,5 @@ class Counters:
         total = result.prefill_tokens + result.decode_tokens
         if total:
             self.prefill_time += duration * result.prefill_tokens / total
-            self.decode_time += duration * result.decode_tokens / total
         for seq, _ in result.tokens:
             self.max_seq_tokens = max(self.max_seq_tokens, seq.num_tokens)

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from syshaxd.config import ENV_PREFIX, RUNTIME_KEYS, KeyInfo, iter_keys
+from syshaxd.config import RUNTIME_KEYS, KeyInfo, iter_keys
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "configuration.md"
 BEGIN = "<!-- BEGIN GENERATED KEY TABLES: python tools/gen_config_doc.py -->"
@@ -38,11 +38,6 @@ SECTIONS: dict[str, str] = {
     "control": "The control socket (console, `syshax status`/`set`) and where runtime changes are kept.",
     "logging": "Logging.",
 }
-
-
-def env_name(key: str) -> str:
-    """The environment variable that overrides ``key``: ``SYSHAX_DECIDER__CPU_MAX_BATCH_SIZE``."""
-    return ENV_PREFIX + key.upper().replace(".", "__")
 
 
 def _default_text(value: Any) -> str:

@@ -70,11 +70,6 @@ class Constants:
         """w + s0: the fixed part of a memory-bound step."""
         return self.decode_floor + self.step_overhead
 
-    @property
-    def decode_per_seq(self) -> float:
-        """kappa + s1: what one more decoding sequence adds to a step (beside its context)."""
-        return self.kv_per_token + self.per_seq_overhead
-
 
 def constants_of(p: Profile) -> Constants:
     """A profile's constants (dense model, no tensor-parallel all-reduce)."""

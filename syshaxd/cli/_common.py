@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from syshaxd import config as cfg
+from syshaxd.locate import CONFIG_ENV, CONFIG_LOCATIONS
 
 
 class UsageError(Exception):
@@ -56,15 +57,15 @@ def load(args: argparse.Namespace, *, use_overrides: bool = True) -> cfg.LoadedC
 
 def load_file_only(args: argparse.Namespace) -> cfg.LoadedConfig:
     """Defaults plus the config file, without the overrides file or environment overrides."""
-    env = {cfg.ENV_CONFIG: os.environ[cfg.ENV_CONFIG]} if os.environ.get(cfg.ENV_CONFIG) else {}
+    env = {CONFIG_ENV: os.environ[CONFIG_ENV]} if os.environ.get(CONFIG_ENV) else {}
     return cfg.load_config(getattr(args, "config", None), env=env, use_overrides=False)
 
 
 def target_path(args: argparse.Namespace) -> Path:
     """The file ``init`` and ``config`` write: ``--config``, ``$SYSHAX_CONFIG``, the first
     existing default location, else the last default location (./config/config.yaml)."""
-    explicit = getattr(args, "config", None) or os.environ.get(cfg.ENV_CONFIG)
+    explicit = getattr(args, "config", None) or os.environ.get(CONFIG_ENV)
     if explicit:
         return Path(explicit)
     found = cfg.find_config_path(None, {})
-    return found if found is not None else cfg.DEFAULT_LOCATIONS[-1]
+    return found if found is not None else CONFIG_LOCATIONS[-1]

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from rich.console import RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from syshaxd.config import display_value
 from syshaxd.monitor import format_cpulist
 from syshaxd.schema import EngineStateModel, HostModel, StateModel
 
@@ -99,16 +99,8 @@ def config_table(state: StateModel) -> Table:
     table.add_column("value")
     table.add_column("from")
     for key, value in sorted(state.config.items()):
-        table.add_row(key, _show(value), state.config_sources.get(key, "default"))
+        table.add_row(key, display_value(value), state.config_sources.get(key, "default"))
     return table
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def render_state(state: StateModel, socket: Path | None = None) -> list[RenderableType]:

@@ -99,7 +99,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def _env_var_for(key: str) -> str | None:
-    var = cfg.ENV_PREFIX + key.upper().replace(".", "__")
+    var = cfg.env_var(key)
     return var if var in os.environ else None
 
 

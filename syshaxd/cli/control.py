@@ -15,7 +15,7 @@ from rich.console import Console
 
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
-from syshaxd.config import ConfigError, parse_scalar
+from syshaxd.config import ConfigError, parse_value
 from syshaxd.locate import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
 
@@ -183,7 +183,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     pairs: list[str] = args.pairs
     if len(pairs) % 2:
         raise UsageError(f"expected KEY VALUE pairs; {pairs[-1]!r} has no value")
-    body = {pairs[i]: parse_scalar(pairs[i + 1]) for i in range(0, len(pairs), 2)}
+    body = {pairs[i]: parse_value(pairs[i + 1]) for i in range(0, len(pairs), 2)}
     change = _patch(args, body)
     _print_change(change)
     if change.changed or change.engines:

@@ -1,31 +1,40 @@
-"""Configuration: the typed model, layered loading (file, overrides, environment), key edits,
-runtime values. Other packages import from here.
+"""Configuration: the typed model, layered loading, file edits and the running daemon's values.
+
+Other packages import from here. One module per idea: the model and its keys (``model``,
+``keys``), validation with operator-facing messages (``validate``), YAML files on disk
+(``files``), dotted keys (``dotted``), loading the layers (``layers``), editing the admin's
+file and saving overrides (``edits``), engine flags (``flags``), the API port's edge limits
+(``edge``) and the running config (``runtime``).
 """
 
 from __future__ import annotations
 
+from syshaxd.config.dotted import get_dotted
 from syshaxd.config.edge import EdgeLimits
+from syshaxd.config.edits import display_value, save_overrides, set_in_file
+from syshaxd.config.files import ConfigError, atomic_write, parse_value
+from syshaxd.config.flags import EngineFlags
+from syshaxd.config.keys import KeyInfo, suggest
 from syshaxd.config.layers import (
-    DEFAULT_LOCATIONS,
-    ENV_CONFIG,
-    ENV_PREFIX,
-    OVERRIDES_NAME,
+    LoadedConfig,
+    coerce_value,
+    env_var,
+    find_config_path,
+    load_config,
+    unknown_key_error,
+)
+from syshaxd.config.model import (
     RUNTIME_KEYS,
     ConductorService,
     Config,
-    ConfigError,
     Control,
     CpuService,
     Decider,
     DeviceService,
     Dialect,
     EngineEndpoint,
-    EngineFlags,
     EngineSpec,
     GpuService,
-    Handoff,
-    KeyInfo,
-    LoadedConfig,
     Logging,
     ModelParams,
     Models,
@@ -34,83 +43,20 @@ from syshaxd.config.layers import (
     Services,
     System,
     all_keys,
-    atomic_write,
-    coerce_value,
-    default_state_dir,
-    display_value,
     engine_specs,
-    env_overrides,
-    find_config_path,
-    format_validation_error,
-    get_dotted,
     iter_keys,
-    load_config,
-    load_document,
-    parse_scalar,
-    read_yaml_mapping,
-    runtime_values,
-    save_overrides,
-    set_dotted,
-    set_in_file,
-    suggest,
-    unknown_key_error,
-    validate,
 )
 from syshaxd.config.runtime import UNSAVED, PatchError, RuntimeConfig, limits_of
+from syshaxd.config.validate import validate
+from syshaxd.routing import Handoff
 
 __all__ = [
-    "UNSAVED",
-    "PatchError",
-    "RuntimeConfig",
-    "limits_of",
-    "ConductorService",
-    "Config",
-    "ConfigError",
-    "Control",
-    "CpuService",
-    "DEFAULT_LOCATIONS",
-    "Decider",
-    "DeviceService",
-    "EdgeLimits",
-    "Dialect",
-    "ENV_CONFIG",
-    "ENV_PREFIX",
-    "EngineEndpoint",
-    "EngineFlags",
-    "EngineSpec",
-    "GpuService",
-    "Handoff",
-    "KeyInfo",
-    "LoadedConfig",
+    "RUNTIME_KEYS", "UNSAVED",
+    "ConductorService", "Config", "ConfigError", "Control", "CpuService", "Decider", "DeviceService", "Dialect",
+    "EdgeLimits", "EngineEndpoint", "EngineFlags", "EngineSpec", "GpuService", "Handoff", "KeyInfo", "LoadedConfig",
     "Logging",
-    "ModelParams",
-    "Models",
-    "Monitor",
-    "OVERRIDES_NAME",
-    "PolicyName",
-    "RUNTIME_KEYS",
-    "Services",
-    "System",
-    "all_keys",
-    "atomic_write",
-    "coerce_value",
-    "default_state_dir",
-    "display_value",
-    "engine_specs",
-    "env_overrides",
-    "find_config_path",
-    "format_validation_error",
-    "get_dotted",
-    "iter_keys",
-    "load_config",
-    "load_document",
-    "parse_scalar",
-    "read_yaml_mapping",
-    "runtime_values",
-    "save_overrides",
-    "set_dotted",
-    "set_in_file",
-    "suggest",
-    "unknown_key_error",
-    "validate",
-]
+    "ModelParams", "Models", "Monitor", "PatchError", "PolicyName", "RuntimeConfig", "Services", "System",
+    "all_keys", "atomic_write", "coerce_value", "display_value", "engine_specs", "env_var", "find_config_path",
+    "get_dotted", "iter_keys", "limits_of", "load_config", "parse_value", "save_overrides", "set_in_file",
+    "suggest", "unknown_key_error", "validate",
+]  # fmt: skip

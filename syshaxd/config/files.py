@@ -2,7 +2,7 @@
 
 Everything here is YAML 1.2 (ruamel.yaml), for reading and for writing, so a value written
 by ``syshax config`` reads back as the same value (``yes`` stays a string, ``007`` is
-quoted). This module knows nothing about the config model; :mod:`syshaxd.config.layers` does.
+quoted). This module knows nothing about the config model.
 """
 
 from __future__ import annotations
@@ -142,11 +142,6 @@ def read_config_file(path: Path) -> tuple[dict[str, Any], dict[str, int]]:
     """A YAML mapping file as plain data plus the line of each dotted key."""
     doc = load_document(path)
     return to_plain(doc), key_lines(doc)
-
-
-def read_yaml_mapping(path: Path) -> dict[str, Any]:
-    """Read a YAML file that must hold a mapping (an empty file is an empty mapping)."""
-    return read_config_file(path)[0]
 
 
 def parse_value(raw: str) -> Any:

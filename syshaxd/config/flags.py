@@ -26,7 +26,7 @@ from syshaxd.config.keys import suggest
 log = logging.getLogger("syshaxd.config")
 
 #: The overrides file's section holding the flags, and the flags an engine has.
-SECTION = "engines"
+FLAGS_SECTION = "engines"
 ENGINE_FLAGS = ("enabled", "draining")
 
 
@@ -64,12 +64,12 @@ def parse_engine_flags(
     if section is None:
         return {}
     if not isinstance(section, Mapping):
-        raise _error(f"{SECTION} must map engine names to their flags, e.g. {{cpu0: {{draining: true}}}}",
-                     SECTION, lines, source)
+        raise _error(f"{FLAGS_SECTION} must map engine names to their flags, e.g. {{cpu0: {{draining: true}}}}",
+                     FLAGS_SECTION, lines, source)
     known = list(engines)
     out: dict[str, EngineFlags] = {}
     for name, entry in section.items():
-        prefix = f"{SECTION}.{name}"
+        prefix = f"{FLAGS_SECTION}.{name}"
         flags = _entry(str(name), entry, lines, source)
         if str(name) not in known:
             hint = suggest(str(name), known)
@@ -85,7 +85,7 @@ def parse_engine_flags(
 
 
 def _entry(name: str, entry: Any, lines: Mapping[str, int], source: str) -> EngineFlags:
-    prefix = f"{SECTION}.{name}"
+    prefix = f"{FLAGS_SECTION}.{name}"
     if entry is None:
         return EngineFlags()
     if not isinstance(entry, Mapping):

@@ -18,27 +18,18 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from syshaxd.config.dotted import get_dotted, set_dotted
+from syshaxd.config.edits import runtime_values, save_overrides
 from syshaxd.config.flags import ENGINE_FLAGS, EngineFlags
-from syshaxd.config.layers import (
-    OVERRIDES_NAME,
-    RUNTIME_KEYS,
-    Config,
-    Decider,
-    LoadedConfig,
-    all_keys,
-    default_state_dir,
-    get_dotted,
-    load_config,
-    runtime_values,
-    save_overrides,
-    suggest,
-)
+from syshaxd.config.keys import suggest
+from syshaxd.config.layers import OVERRIDES_NAME, LoadedConfig, default_state_dir, load_config
+from syshaxd.config.model import RUNTIME_KEYS, Config, Decider, all_keys
 from syshaxd.routing import Handoff, Limits
 from syshaxd.schema import ConfigChangeModel
 
 log = logging.getLogger("syshaxd.runtime")
 
-__all__ = ["ENGINE_FLAGS", "UNSAVED", "EngineFlags", "PatchError", "RuntimeConfig", "limits_of"]
+__all__ = ["UNSAVED", "PatchError", "RuntimeConfig", "limits_of"]
 
 UNSAVED = "runtime (not saved)"
 
@@ -126,10 +117,6 @@ class RuntimeConfig:
         """``(enabled, draining)`` of an engine (unknown engines are enabled, not draining)."""
         flags = self._flags.get(name, EngineFlags())
         return flags.enabled, flags.draining
-
-    def all_engine_flags(self) -> dict[str, dict[str, bool]]:
-        """Every engine's flags as ``{name: {"enabled": ..., "draining": ...}}``."""
-        return {name: f.as_dict() for name, f in self._flags.items()}
 
     def values(self) -> dict[str, Any]:
         """The runtime keys and their current values."""
@@ -247,16 +234,12 @@ class RuntimeConfig:
         """The current config with ``updates`` applied, each touched section revalidated."""
         if not updates:
             return self._config
-        by_section: dict[str, dict[str, Any]] = {}
-        for key, value in updates.items():
-            section, _, rest = key.partition(".")
-            by_section.setdefault(section, {})[rest] = value
         new_sections: dict[str, BaseModel] = {}
-        for section, changes in by_section.items():
+        for section, changes in _by_section(updates).items():
             current: BaseModel = getattr(self._config, section)
             data = current.model_dump()
             for rest, value in changes.items():
-                _set_nested(data, rest, value)
+                set_dotted(data, rest, value)
             try:
                 new_sections[section] = type(current).model_validate(data)
             except ValidationError as exc:
@@ -324,23 +307,20 @@ class RuntimeConfig:
         return change
 
     def _with_runtime_values(self, values: Mapping[str, Any]) -> Config:
-        by_section: dict[str, dict[str, Any]] = {}
-        for key, value in values.items():
-            section, _, rest = key.partition(".")
-            by_section.setdefault(section, {})[rest] = value
         update: dict[str, BaseModel] = {}
-        for section, changes in by_section.items():
+        for section, changes in _by_section(values).items():
             current: BaseModel = getattr(self._config, section)
             update[section] = current.model_copy(update=changes)
         return self._config.model_copy(update=update)
 
 
-def _set_nested(data: dict[str, Any], dotted: str, value: Any) -> None:
-    parts = dotted.split(".")
-    node = data
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-    node[parts[-1]] = value
+def _by_section(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """``{"decider.policy": v}`` -> ``{"decider": {"policy": v}}`` (the rest of each key stays dotted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in values.items():
+        section, _, rest = key.partition(".")
+        out.setdefault(section, {})[rest] = value
+    return out
 
 
 def _patch_error(exc: ValidationError, section: str, changes: Mapping[str, Any]) -> PatchError:

@@ -95,7 +95,6 @@ class EventBus:
         self._listened = asyncio.Event()  # set while anyone is subscribed
         self.seq = 0
         self.dropped_total = 0
-        self.published_total = 0
         self.closed = False
 
     @property
@@ -112,7 +111,6 @@ class EventBus:
         if self.closed:
             return
         self.seq += 1
-        self.published_total += 1
         if not self._subs:
             return
         text = data.model_dump_json() if isinstance(data, BaseModel) else json.dumps(data)

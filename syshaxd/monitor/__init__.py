@@ -23,12 +23,11 @@ from syshaxd.monitor.numa import (
     check_binding,
     parse_check_arg,
     plan_binding,
-    plan_for_host,
     read_topology,
 )
 
 __all__ = [
     "RULE_TEXT", "Binding", "CpulistError", "EngineAffinity", "HostSampler", "Monitor", "PlanError", "Topology",
     "binding_notes", "check_binding", "format_cpulist", "parse_check_arg", "parse_cpulist", "plan_binding",
-    "plan_for_host", "read_numa_topology", "read_topology",
+    "read_numa_topology", "read_topology",
 ]  # fmt: skip

@@ -199,11 +199,6 @@ def plan_binding(topo: Topology, cores: int | None = None, smt: bool = False) ->
     return Binding(cpus=tuple(sorted(cpus)), nodes=tuple(node_ids), per_node=per_node, notes=tuple(notes))
 
 
-def plan_for_host(sysfs: Path = Path("/sys")) -> Binding:
-    """The default plan for this machine."""
-    return plan_binding(read_topology(sysfs))
-
-
 # ---------------------------------------------------------------------------------------
 # Checking
 

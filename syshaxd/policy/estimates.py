@@ -80,12 +80,12 @@ class Tuning:
     #: slowest requests of a batch sit above it.
     tpot_guard: float = 0.8
     #: Hold a request back while the projected KV need is above this share of the cache
-    #: (why 98%, and what it costs: :mod:`syshaxd.policy.holding`).
+    #: (:mod:`syshaxd.policy.holding`; why 98%: docs/benchmarks.md).
     kv_guard: float = 0.98
     #: A prompt whose prefill takes longer than this (seconds) waits while the batch would
     #: outgrow the KV cache before its first answer ends (:mod:`syshaxd.policy.holding`). A
-    #: fixed time, not a share of the TPOT target: tied to a 100 ms target it held
-    #: 1,000-token prompts for minutes.
+    #: fixed time, not a share of the TPOT target, so that a tight target does not hold
+    #: ordinary prompts back; 0.2 s is under one 2,048-token prefill chunk on an A100 pair.
     long_prompt_s: float = 0.2
     #: Past this share of the GPU's KV cache (with the prompts on their way and this one), a
     #: request that meets its targets on the CPU by ``margin`` goes there: the GPU's room is

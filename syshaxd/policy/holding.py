@@ -1,50 +1,27 @@
 """When ``adaptive`` holds a request back from the GPU: the running batch's TPOT and the KV cache.
 
-A GPU engine takes every request it is sent; what it cannot start waits inside it, and
-what it starts slows down everything already decoding. Two things break the targets of
-requests that are already running, and this module estimates both before one more is
-admitted:
+A GPU engine takes every request it is sent: what it cannot start waits inside it, and
+what it starts slows every answer already decoding. :func:`gpu_hold` admits one more only
+while all of these hold (an idle engine always admits: a request alone breaks no target):
 
-- **TPOT.** Each decode step of a batch of B takes ``tpot(B)``; every prompt prefilled
-  while they decode (vLLM chunks it into the same steps) adds its prefill time to each
-  running request's total. Spread over the tokens a running request still writes, the
-  new request's prompt, and those routed before it that have not started, add
-  ``prefill(prompts) / remaining`` to each running request's time per output token. The
-  projection is ``tpot(B + 1) + prefill(prompts) / remaining``; ``tpot`` is the live
-  model (:mod:`syshaxd.policy.estimates`), measured with the interference of recent
-  prefills in it. Over ``tpot_guard`` of the target, the request waits.
-- **KV headroom.** When the tokens in the cache, the prompts on their way and this prompt
-  would pass ``kv_guard`` of the cache (its capacity in tokens, reported by the engine),
-  the request waits: vLLM would queue it, or preempt a running request and recompute it,
-  which costs that request its TPOT. Where the capacity is unknown the estimate is
-  unsure, and ``classic``'s rule stands in: no request while the KV usage is past
-  ``gpu_cache_threshold`` percent. No share of the cache is reserved for the running
-  answers' growth, and with a known capacity the usage threshold does not apply: replayed
-  on reasoning-length answers, both held back requests the engine would have served in
-  time (running answers end at different moments) and cost more TTFT than the
-  preemptions they saved.
-  For the same reason the guard sits at 98%: at 95% a 40 GB card's last 1,100 tokens of
-  room went unused while an on-time prompt waited into lateness. The 2% left there is
-  ~450 tokens, about two seconds of a ten-answer batch's growth, so under a full batch
-  vLLM may preempt a running answer; a short prompt's recompute is a stall the batch
-  absorbs, and its first token came in time.
-- **Growth until an answer ends.** Room comes back only when a running answer ends. The
-  conductor knows each started answer's age and max_tokens, so about when the first one
-  will; until then every request in the batch, the new one too, writes a token per step.
-  When that growth would overflow the cache, vLLM preempts the newest request, this one,
-  and brings it back chunk by chunk while the batch still grows, to preempt it again. A
-  prompt whose prefill takes longer than ``long_prompt_s`` (0.2 s, under a 2,048-token
-  chunk on these GPUs) then stalls every running answer at each recompute, so it waits
-  for room instead (replayed on reasoning answers
-  on a 40 GB card, a 6,472-token prompt admitted at 94% of the cache was preempted 496
-  times, the 4,113-token one after it 267, while the requests behind them waited minutes;
-  with this rule the run counts 4 preemptions, not 948). A fixed reserve for the
-  batch's next seconds of growth, tried instead, held short prompts too and lost more
-  than it saved. Live, max_tokens is an upper bound: the rule errs towards waiting.
+- **Nothing queues inside.** There nothing can reorder a request or send it elsewhere.
+- **KV headroom.** The cache's tokens, the prompts on their way and this one stay under
+  ``Tuning.kv_guard`` of the capacity the engine reports (past it vLLM queues or preempts).
+  Where the capacity is unknown, ``classic``'s usage threshold (``gpu_cache_threshold``)
+  stands in instead.
+- **Growth until an answer ends.** Until the first running answer ends (judged from each
+  answer's age and max_tokens) every request in the batch writes a token per step. A
+  prompt whose prefill takes longer than ``Tuning.long_prompt_s`` waits while that growth
+  would overflow the cache: vLLM would preempt it, the newest, and recompute it again and
+  again, stalling the batch each time. A short prompt's recompute is a stall it absorbs.
+- **TPOT.** The batch's projected time per output token, ``tpot(B + 1)`` plus the prefill
+  of the prompts on their way and this one spread over the tokens the running answers
+  still write, stays under ``Tuning.tpot_guard`` of the tightest TPOT target among the
+  batch's requests and this one (:func:`batch_tpot_target`).
 
-An engine that already queues requests inside takes no more (they could only wait there,
-where nothing can reorder them or send them elsewhere). An idle engine always admits: a
-request alone cannot break anyone's target, and holding it would only add waiting.
+A request already past its TTFT target gets the GPU only where it has slack
+(:func:`gpu_slack`). The runs that set the thresholds: docs/benchmarks.md, "Why adaptive
+holds where it does".
 """
 
 from __future__ import annotations
@@ -118,9 +95,16 @@ def gpu_hold(
     tpot = projected_tpot(gpu, model, prompt, tuning)
     if not decode:
         tpot -= model.tpot(busy(gpu) + 1) - model.tpot(max(1, busy(gpu)))
-    if tpot > limits.tpot_target * tuning.tpot_guard:
+    if tpot > batch_tpot_target(gpu, limits) * tuning.tpot_guard:
         return f"running batch would decode at {tpot * 1000:.0f}ms per token"
     return None
+
+
+def batch_tpot_target(engine: EngineView, limits: Limits) -> float:
+    """The TPOT the engine's running batch must keep: the tightest among its requests' targets
+    and the newcomer's (``limits`` are the request's own)."""
+    tightest = engine.tightest_tpot
+    return limits.tpot_target if tightest is None else min(tightest, limits.tpot_target)
 
 
 def gpu_slack(
@@ -129,11 +113,9 @@ def gpu_slack(
     """Why the GPU has no slack for a request that is already late, or None when it has.
 
     Slack: the whole answer fits the KV cache beside every in-flight request's whole
-    answer below ``kv_pressure`` (past that line the GPU's room is kept for requests still
-    on time: replayed on reasoning answers, late work admitted up to ``kv_guard`` held
-    back the on-time arrivals after it), and the batch's projected TPOT stays under half
-    the target. A late request then costs the requests still on time nothing they would
-    notice.
+    answer below ``kv_pressure`` (past that line the room is kept for requests still on
+    time), and the batch's projected TPOT stays under half the target. A late request then
+    costs the requests still on time nothing they would notice.
     """
     capacity = gpu.metrics.kv_capacity_tokens
     if capacity:
@@ -142,6 +124,6 @@ def gpu_slack(
         if tokens > capacity * min(tuning.kv_pressure, tuning.kv_guard):
             return f"a whole answer would need {tokens:.0f} of {capacity} KV tokens"
     tpot = projected_tpot(gpu, model, prompt, tuning)
-    if tpot > limits.tpot_target / 2:
+    if tpot > batch_tpot_target(gpu, limits) / 2:
         return f"the batch would decode at {tpot * 1000:.0f}ms per token"
     return None

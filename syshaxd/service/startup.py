@@ -36,7 +36,6 @@ class EngineProbe:
     url: str
     models: tuple[str, ...] = ()
     models_error: str | None = None
-    metrics_ok: bool | None = None  # None: the dialect has no /metrics
     metrics_error: str | None = None
     generated_tokens: int | None = None
     ttft: float | None = None  # seconds to the first token of the test generation
@@ -81,8 +80,8 @@ async def _probe_metrics(client: httpx.AsyncClient, spec: EngineSpec, probe: Eng
         response.raise_for_status()
         dialect.parse(response.text)
     except (httpx.HTTPError, MetricsParseError) as exc:
-        return replace(probe, metrics_ok=False, metrics_error=f"{dialect.metrics_path}: {_describe(exc)}")
-    return replace(probe, metrics_ok=True)
+        return replace(probe, metrics_error=f"{dialect.metrics_path}: {_describe(exc)}")
+    return probe
 
 
 def _chunk_tokens(payload: dict[str, Any]) -> int:

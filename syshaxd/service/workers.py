@@ -64,7 +64,6 @@ class Worker:
     sock: socket.socket | None = None  # its listening socket (None when it shares the daemon's)
     process: asyncio.subprocess.Process | None = None
     session: LedgerSession | None = None
-    restarts: int = 0
     watcher: asyncio.Task[None] | None = field(default=None, repr=False)
 
 
@@ -166,7 +165,6 @@ class Workers:
             delay = min(BACKOFF_MAX, delay * 2)
             if self.stopping:
                 return
-            worker.restarts += 1
             try:
                 await self._spawn(worker)
             except OSError as exc:

@@ -39,7 +39,7 @@ def test_exact_points_give_back_the_tiny_profile_constants() -> None:
     want = constants_of(load_profile("tiny"))
     assert got.prefill_per_token == pytest.approx(want.prefill_per_token, rel=0.01)
     assert got.decode_base == pytest.approx(want.decode_base, rel=0.01)
-    assert got.per_seq_overhead + got.kv_per_token == pytest.approx(want.decode_per_seq, rel=0.05)
+    assert got.per_seq_overhead + got.kv_per_token == pytest.approx(want.per_seq_overhead + want.kv_per_token, rel=0.05)
 
 
 def test_short_prompts_under_the_memory_floor_are_left_out_of_the_prefill_fit() -> None:

@@ -89,7 +89,6 @@ def test_defaults_prefer_an_existing_socket_and_wait_at_the_users_own(
     assert choice.resolve(exists=lambda p: p == user) == user
     assert choice.resolve(exists=lambda p: True) == SYSTEM_SOCKET
     assert choice.resolve(exists=lambda p: False) == user
-    assert str(SYSTEM_SOCKET) in choice.describe() and str(user) in choice.describe()
 
     service = tmp_path / "svc" / "control.sock"
     choice = choose_socket(None, None, env={"RUNTIME_DIRECTORY": str(service.parent)})

@@ -12,7 +12,7 @@ from console.render import (
     device_panel,
     fmt_memory,
     fmt_rate,
-    heat_cell,
+    heat_glyph,
     numa_label_width,
     numa_panel,
     sparkline,
@@ -50,9 +50,9 @@ def test_rates_are_short(value: float | None, shown: str) -> None:
 
 
 def test_heat_cells_differ_by_glyph_not_only_colour() -> None:
-    glyphs = {heat_cell(p, False).plain for p in (0, 30, 60, 99)}
+    glyphs = {heat_glyph(p, False)[0] for p in (0, 30, 60, 99)}
     assert len(glyphs) == 4
-    assert "underline" in str(heat_cell(50, True).style) and heat_cell(None, False).plain == "?"
+    assert "underline" in heat_glyph(50, True)[1] and heat_glyph(None, False)[0] == "?"
 
 
 @pytest.mark.parametrize("width", [34, 37, 60, 78])

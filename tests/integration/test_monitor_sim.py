@@ -203,7 +203,7 @@ async def test_startup_check_measures_decode_speed_and_reports_dead_engines(sim_
     g, c, d = report.probe("gpu0"), report.probe("cpu0"), report.probe("cpu9")
     assert g is not None and c is not None and d is not None
     assert g.ok and c.ok, (g, c)
-    assert g.models == ("ds-32b",) and g.metrics_ok and c.metrics_ok
+    assert g.models == ("ds-32b",)  # g.ok and c.ok: their /metrics answered and parsed
     assert g.generated_tokens == 20 and g.decode_tps is not None and g.decode_tps > 0
     assert c.decode_tps is not None and c.ttft is not None
     assert report.gpu_cpu_ratio == pytest.approx(g.decode_tps / c.decode_tps)

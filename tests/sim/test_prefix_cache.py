@@ -58,7 +58,6 @@ def test_hits_are_counted_and_the_last_prompt_token_is_always_computed() -> None
     _, core = replay([TraceRequest(0.0, 1024, 4, prefix=(1, 2)), TraceRequest(10.0, 1024, 4, prefix=(1, 2))])
     c = core.counters
     assert c.prefix_cache_hit_tokens == 1024 - 16  # whole blocks up to the prompt's last token
-    assert c.prefix_cache_query_tokens == 2 * 1024
     assert c.prompt_tokens == 1024 + 16
     text = Recorder(core, "vllm-v1").render("m", core.now)
     assert 'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 1008' in text
@@ -68,7 +67,7 @@ def test_hits_are_counted_and_the_last_prompt_token_is_always_computed() -> None
 def test_a_request_without_hashes_shares_nothing() -> None:
     ttfts, core = replay([TraceRequest(0.0, 1024, 4), TraceRequest(10.0, 1024, 4)])
     assert ttfts[0] == pytest.approx(ttfts[1])
-    assert core.counters.prefix_cache_hit_tokens == core.counters.prefix_cache_query_tokens == 0
+    assert core.counters.prefix_cache_hit_tokens == 0
     assert core.counters.prompt_tokens == 2 * 1024
 
 

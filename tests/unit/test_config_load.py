@@ -9,18 +9,20 @@ import pytest
 from pydantic import SecretStr
 
 import syshaxd
+from syshaxd import locate
 from syshaxd.config import (
     RUNTIME_KEYS,
     Config,
     ConfigError,
     EngineEndpoint,
+    engine_specs,
     get_dotted,
     iter_keys,
     load_config,
     save_overrides,
 )
-from syshaxd.config import layers as cfg
 from syshaxd.config.files import key_lines, load_document
+from syshaxd.locate import CONFIG_ENV
 
 EXAMPLE = Path(syshaxd.__file__).parent / "data" / "config.example.yaml"
 REPO = Path(__file__).resolve().parents[2]
@@ -141,7 +143,7 @@ def test_lookup_order_explicit_then_env_then_etc_then_cwd(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     locations = (four_files["etc"], Path("config/config.yaml"))
-    with_env = {**env, cfg.ENV_CONFIG: str(four_files["env"])}
+    with_env = {**env, CONFIG_ENV: str(four_files["env"])}
 
     def model(explicit: Path | None, environ: dict[str, str]) -> str:
         return load_config(explicit, env=environ, locations=locations).config.models.default
@@ -184,7 +186,7 @@ def test_without_a_named_file_etc_is_tried_before_the_working_directory(
 def test_default_locations_are_read_at_call_time(
     four_files: dict[str, Path], env: dict[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cfg, "DEFAULT_LOCATIONS", (four_files["etc"],))
+    monkeypatch.setattr(locate, "CONFIG_LOCATIONS", (four_files["etc"],))
     assert load_config(env=env).config.models.default == "from-etc"
 
 
@@ -194,7 +196,7 @@ def test_named_file_that_does_not_exist_is_an_error(
 ) -> None:
     missing = tmp_path / "nope.yaml"
     explicit = missing if via == "explicit" else None
-    environ = env if via == "explicit" else {**env, cfg.ENV_CONFIG: str(missing)}
+    environ = env if via == "explicit" else {**env, CONFIG_ENV: str(missing)}
     with pytest.raises(ConfigError) as err:
         load_config(explicit, env=environ, locations=())
     assert str(missing) in str(err.value)
@@ -246,7 +248,7 @@ def test_env_override_converts_to_the_key_type(
     loaded = load_config(EXAMPLE, env={**env, var: raw})
     assert get_dotted(loaded.config, key) == expected
     assert loaded.sources[key] == f"env {var}"
-    assert loaded.source_of("decider.max_num_seqs") == f"file {EXAMPLE}"
+    assert loaded.sources["decider.max_num_seqs"] == f"file {EXAMPLE}"
 
 
 def test_env_override_of_secret_and_endpoint_list(env: dict[str, str]) -> None:
@@ -262,7 +264,7 @@ def test_env_override_of_secret_and_endpoint_list(env: dict[str, str]) -> None:
     key = loaded.config.services.conductor.api_key
     assert isinstance(key, SecretStr) and key.get_secret_value() == "s3cret"
     assert loaded.config.services.cpu.endpoints == [EngineEndpoint(name="cpu1", port=8004)]
-    assert [s.name for s in cfg.engine_specs(loaded.config)] == ["gpu0", "cpu0", "cpu1"]
+    assert [s.name for s in engine_specs(loaded.config)] == ["gpu0", "cpu0", "cpu1"]
 
 
 def test_variables_without_double_underscore_are_not_overrides(env: dict[str, str]) -> None:
@@ -287,10 +289,10 @@ def test_layers_file_then_overrides_then_env(tmp_path: Path, env: dict[str, str]
     decider = loaded.config.decider
     assert (decider.max_num_seqs, decider.cpu_max_batch_size, decider.policy) == (7, 30, "gpu-only")
     assert loaded.overrides_path == overrides
-    assert loaded.source_of("decider.max_num_seqs") == f"file {path}"
-    assert loaded.source_of("decider.cpu_max_batch_size") == f"overrides {overrides}"
-    assert loaded.source_of("decider.policy") == "env SYSHAX_DECIDER__POLICY"
-    assert loaded.source_of("monitor.interval") == "default"
+    assert loaded.sources["decider.max_num_seqs"] == f"file {path}"
+    assert loaded.sources["decider.cpu_max_batch_size"] == f"overrides {overrides}"
+    assert loaded.sources["decider.policy"] == "env SYSHAX_DECIDER__POLICY"
+    assert "monitor.interval" not in loaded.sources  # the default
 
 
 def test_overrides_file_is_ignored_when_asked(tmp_path: Path, env: dict[str, str]) -> None:
