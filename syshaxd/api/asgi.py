@@ -13,35 +13,10 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message
 
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 
-
-class Request:
-    """One request as the connection read it."""
-
-    __slots__ = ("body", "client", "headers", "keep_alive", "method", "path", "query", "raw_path", "server",
-                 "version")
-
-    def __init__(self, method: str, raw_path: bytes, path: str, query: bytes, version: str,
-                 headers: list[tuple[bytes, bytes]], body: bytes,
-                 client: tuple[str, int] | None, server: tuple[str, int] | None, keep_alive: bool = True) -> None:
-        self.keep_alive = keep_alive
-        self.method = method
-        self.raw_path = raw_path
-        self.path = path
-        self.query = query
-        self.version = version
-        self.headers = headers
-        self.body = body
-        self.client = client
-        self.server = server
-
-    def header(self, name: bytes) -> bytes | None:
-        """The first value of a header (``name`` lower case), if sent."""
-        for key, value in self.headers:
-            if key == name:
-                return value
-        return None
+__all__ = ["Request", "serve_asgi"]  # Request is re-exported for the routes that import it from here
 
 
 async def serve_asgi(app: ASGIApp, request: Request, response: Response) -> None:

@@ -26,13 +26,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol, cast
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.deadline import Deadline
 from syshaxd.api.gate import Gate
 from syshaxd.api.guard import Guard
 from syshaxd.api.incoming import Incoming, Refusal
 from syshaxd.api.reader import RequestReader
 from syshaxd.api.refusals import failed, turned_away
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.conductor import send_error
 from syshaxd.config import EdgeLimits

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hmac
 
-from syshaxd.api.asgi import Request
+from syshaxd.api.request import Request
 from syshaxd.errors import ApiError
 
 

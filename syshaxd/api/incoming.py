@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import httptools
 
-from syshaxd.api.asgi import Request
+from syshaxd.api.request import Request
 from syshaxd.config import EdgeLimits
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from syshaxd.api.asgi import Request
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.conductor import send_error
 from syshaxd.errors import ApiError

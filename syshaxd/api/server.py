@@ -17,10 +17,10 @@ import socket
 
 from prometheus_client import CollectorRegistry
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.connection import Handler, HttpConnection
 from syshaxd.api.gate import Gate
 from syshaxd.api.guard import Guard
+from syshaxd.api.request import Request
 from syshaxd.config import EdgeLimits
 
 log = logging.getLogger("syshaxd.api")

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 
 import uvloop
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.guard import Guard
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.api.server import ApiServer
 from syshaxd.config import EdgeLimits

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Awaitable
 
 import pytest
 
-from syshaxd.api.asgi import Request
 from syshaxd.api.guard import Guard
+from syshaxd.api.request import Request
 from syshaxd.api.response import Response
 from syshaxd.api.server import ApiServer
 from syshaxd.service.servers import bind_tcp
