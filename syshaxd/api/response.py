@@ -74,8 +74,9 @@ class Response:
 
     # -- the Reply protocol ------------------------------------------------------------
 
-    def start(self, status: int, headers: Headers, length: int | None = None) -> None:
-        """Write the status line and headers (1xx: an interim answer; the final one is still to come)."""
+    def start(self, status: int, headers: Headers, length: int | None = None, first: bytes = b"") -> None:
+        """Write the status line and headers, and ``first`` body bytes with them (one write);
+        1xx: an interim answer, the final one still to come."""
         if self.started or self.gone:
             return
         if status < 200:
@@ -102,6 +103,7 @@ class Response:
         elif self.http10:
             lines.append(b"connection: keep-alive\r\n")
         lines.append(b"\r\n")
+        lines.append(self._framed(first))
         self.carrier.write(b"".join(lines))
 
     def _interim(self, status: int, headers: Headers) -> None:
@@ -115,12 +117,12 @@ class Response:
         """Write body bytes (framed as a chunk when the length is unknown)."""
         if not data or self.gone or self.ended or self.no_body:
             return
-        self.carrier.write(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
+        self.carrier.write(self._framed(data))
         if self._source is not None and not self.carrier.writable:
             self._source.pause_reading()
 
-    def end(self) -> None:
-        """The response is complete."""
+    def end(self, last: bytes = b"") -> None:
+        """The response is complete; ``last`` body bytes go with its end (one write)."""
         if self.ended:
             return
         self.ended = True
@@ -132,9 +134,17 @@ class Response:
             self.gone = True
             self.carrier.abort()
             return
-        if self._chunked:
-            self.carrier.write(b"0\r\n\r\n")
+        tail = self._framed(last) + (b"0\r\n\r\n" if self._chunked else b"")
+        if tail:
+            self.carrier.write(tail)
         self.carrier.response_done(self)
+
+    def _framed(self, data: bytes) -> bytes:
+        # Each write is one syscall (and one packet): the head, the first and the last bytes
+        # of an answer go with their neighbours.
+        if not data or self.no_body:
+            return b""
+        return b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
 
     def when_gone(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` once if the client disconnects before the end."""
@@ -182,6 +192,5 @@ def status_only(carrier: Carrier, status: int, body: bytes,
                 headers: Headers = ((b"content-type", b"application/json"),)) -> None:
     """A short complete answer that closes the connection (a request that could not be read)."""
     response = Response(carrier, keep_alive=False)
-    response.start(status, headers, len(body))
-    response.write(body)
+    response.start(status, headers, len(body), body)
     response.end()

@@ -103,3 +103,15 @@ def test_an_answer_that_ends_before_it_began_drops_the_connection() -> None:
     wire = Wire()
     Response(wire, keep_alive=True).end()
     assert wire.aborted and not wire.done and wire.data == b""
+
+
+def test_first_and_last_bytes_go_with_the_head_and_the_end() -> None:
+    wire = Wire()
+    response = Response(wire, keep_alive=True)
+    writes: list[bytes] = []
+    wire.write = writes.append  # type: ignore[method-assign]
+    response.start(200, [], None, b"data: 1\n\n")
+    response.end(b"data: [DONE]\n\n")
+    assert len(writes) == 2
+    assert writes[0].endswith(b"\r\n\r\n9\r\ndata: 1\n\n\r\n")
+    assert writes[1] == b"e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n"
