@@ -29,6 +29,8 @@ SECTIONS: dict[str, str] = {
     "services.gpu": "The GPU inference engine (usually vLLM).",
     "services.cpu": "The CPU inference engine (a CPU build of vLLM, or llama.cpp's `llama-server`).",
     "services.conductor": "syshax's own OpenAI-compatible API.",
+    "services.conductor.limits": "What one client may hold on the API port: timeouts, sizes, connections "
+                                 "(the security section of docs/reliability.md).",
     "models": "The served model and the startup test generation.",
     "system": "Admission queue, timeouts and the graceful stop (see docs/reliability.md).",
     "decider": "The scheduling policy and its limits. Every key here can change while the daemon runs.",

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from prometheus_client import CollectorRegistry
+
 from syshaxd.api.completions import completion_routes
 from syshaxd.api.guard import Guard
 from syshaxd.api.info import Info
@@ -28,7 +30,7 @@ from syshaxd.engines import ConnectionPool, EngineClient
 def create_api_server(dispatcher: Dispatcher[Any], conductor: Conductor, config: Config, info: Info) -> ApiServer:
     """The daemon's API port: the dispatcher answers completions, ``info`` (:func:`create_info_app`)
     syshaxd's own routes, the engines every other route they serve."""
-    return _api_server(dispatcher, conductor, config, info.handlers())
+    return _api_server(dispatcher, conductor, config, info.handlers(), conductor.registry)
 
 
 def create_worker_api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: Iterable[str],
@@ -50,11 +52,13 @@ def create_info_app(conductor: Conductor, engines: Sequence[EngineClient],
     return Info(conductor, engines, load_format)
 
 
-def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: dict[str, Handler]) -> ApiServer:
+def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: dict[str, Handler],
+                registry: CollectorRegistry | None = None) -> ApiServer:
     service = config.services.conductor
     api_key = service.api_key.get_secret_value() if service.api_key else None
     routes: dict[str, Handler] = completion_routes(dispatcher, config)
     routes.update({path: handler for path, handler in own.items() if path not in routes})
     open_paths = frozenset(path for path in own if not path.startswith("/v1/"))  # health, metrics, docs
     passthrough = passthrough_route(books, config.system.request_timeout)
-    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough)
+    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough,
+                     limits=service.limits, registry=registry)

@@ -1,4 +1,4 @@
-"""The API's guard: a bound on request heads, and the API key."""
+"""The API's guard: the API key, checked on every request once its head is read."""
 
 from __future__ import annotations
 
@@ -6,9 +6,6 @@ import hmac
 
 from syshaxd.api.request import Request
 from syshaxd.errors import ApiError
-
-#: Largest request head (all header names and values) accepted; 431 above.
-MAX_HEADER_BYTES = 64 * 1024
 
 
 class Guard:
@@ -25,9 +22,15 @@ class Guard:
         is set, but ``open_paths`` (syshaxd's own health, metrics and docs, for probes and
         Prometheus). vLLM's ``--api-key`` guards only ``/v1/...``; behind syshaxd the engine's
         other routes (``/tokenize``, ``/rerank``, ...) would then be open to anyone who can
-        reach the port, so they are guarded too.
+        reach the port, so they are guarded too. The open paths take no body then: they are
+        read-only, and a body is all an anonymous client could make the server hold.
         """
-        if not self.api_key or request.path in self.open_paths:
+        if not self.api_key:
+            return None
+        if request.path in self.open_paths:
+            if _has_body(request):
+                return ApiError(413, f"{request.path} takes no request body without the API key",
+                                code="request_entity_too_large")
             return None
         token = b""
         value = request.header(b"authorization")
@@ -38,3 +41,8 @@ class Guard:
             return None
         return ApiError(401, "missing or invalid API key: send 'Authorization: Bearer <key>'",
                         code="invalid_api_key", headers={"WWW-Authenticate": "Bearer"})
+
+
+def _has_body(request: Request) -> bool:
+    length = request.header(b"content-length")
+    return request.header(b"transfer-encoding") is not None or (length is not None and length.strip() not in (b"", b"0"))

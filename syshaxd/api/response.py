@@ -1,21 +1,30 @@
 """One response on an API connection: HTTP/1.1 framing, flow control, and the client leaving.
 
 :class:`Response` is the conductor's :class:`~syshaxd.conductor.Reply` over a connection:
-the status line and headers, then the body with a length or chunked, and the end, after which
-the connection takes its next request. While the client's socket buffer is full, the source
-feeding the body (an engine connection) is paused; writers that run as a task await
-:meth:`Response.drain`.
+the status line (always ``HTTP/1.1``, whatever version the client spoke) and headers (only
+well-formed, end-to-end ones: :mod:`syshaxd.api.headers`), then the body with a length or
+chunked (to an HTTP/1.0 client: delimited by the close), and the end, after which the
+connection takes its next request. A 1xx status is an interim answer, the final one still to
+come; 204, 304 and the answer to HEAD carry no body. An answer that ends before it began
+drops the connection: the client must not wait for it, nor take the next answer for it.
+While the client's socket buffer is full, the source feeding the body (an engine connection)
+is paused; writers that run as a task await :meth:`Response.drain`.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Protocol
 
+from syshaxd.api.headers import header_lines
 from syshaxd.conductor import Headers, Pausable
 
+log = logging.getLogger("syshaxd.api")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
+#: Statuses whose answers never have a body (RFC 9110 6.4.1), whatever their headers say.
+_BODILESS = frozenset({204, 304})
 
 
 class Carrier(Protocol):
@@ -46,14 +55,15 @@ class Carrier(Protocol):
 class Response:
     """The answer to one request."""
 
-    __slots__ = ("_chunked", "_gone_callbacks", "_source", "carrier", "ended", "gone", "head_only", "keep_alive",
-                 "started", "status", "version")
+    __slots__ = ("_chunked", "_gone_callbacks", "_source", "carrier", "ended", "gone", "head_only", "http10",
+                 "keep_alive", "no_body", "started", "status")
 
-    def __init__(self, carrier: Carrier, *, keep_alive: bool, head_only: bool = False, version: bytes = b"1.1") -> None:
+    def __init__(self, carrier: Carrier, *, keep_alive: bool, head_only: bool = False, http10: bool = False) -> None:
         self.carrier = carrier
         self.keep_alive = keep_alive
         self.head_only = head_only
-        self.version = version
+        self.http10 = http10  # the client spoke HTTP/1.0: no chunks, no 1xx
+        self.no_body = head_only  # nothing follows the head (HEAD, 204, 304)
         self.started = False
         self.ended = False
         self.gone = False
@@ -65,30 +75,47 @@ class Response:
     # -- the Reply protocol ------------------------------------------------------------
 
     def start(self, status: int, headers: Headers, length: int | None = None, first: bytes = b"") -> None:
-        """Write the status line and headers, and ``first`` body bytes with them (one write)."""
+        """Write the status line and headers, and ``first`` body bytes with them (one write);
+        1xx: an interim answer, the final one still to come."""
         if self.started or self.gone:
+            return
+        if status < 200:
+            self._interim(status, headers)
             return
         self.started = True
         self.status = status
-        lines = [b"HTTP/%s %d %s\r\n" % (self.version, status, _REASONS.get(status, b"Unknown"))]
-        lines.extend(b"%s: %s\r\n" % (name, value) for name, value in headers
-                     if name not in (b"content-length", b"transfer-encoding", b"connection"))
-        if length is not None:
+        lines = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown")), *header_lines(headers)]
+        if status in _BODILESS:
+            self.no_body = True
+            if length is not None and status == 304:  # the length a GET's answer would have
+                lines.append(b"content-length: %d\r\n" % length)
+        elif length is not None:
             lines.append(b"content-length: %d\r\n" % length)
-        elif self.version == b"1.1" and status not in (204, 304) and status >= 200:
+        elif self.head_only:
+            pass  # no body follows, and how long a GET's would be is not known
+        elif not self.http10:
             self._chunked = True
             lines.append(b"transfer-encoding: chunked\r\n")
         else:
             self.keep_alive = False  # an HTTP/1.0 client learns the end from the close
         if not self.keep_alive:
             lines.append(b"connection: close\r\n")
+        elif self.http10:
+            lines.append(b"connection: keep-alive\r\n")
         lines.append(b"\r\n")
         lines.append(self._framed(first))
         self.carrier.write(b"".join(lines))
 
+    def _interim(self, status: int, headers: Headers) -> None:
+        # 101 would switch protocols, which this server never does; HTTP/1.0 knows no 1xx.
+        if status == 101 or self.http10:
+            return
+        head = [b"HTTP/1.1 %d %s\r\n" % (status, _REASONS.get(status, b"Unknown")), *header_lines(headers), b"\r\n"]
+        self.carrier.write(b"".join(head))
+
     def write(self, data: bytes) -> None:
         """Write body bytes (framed as a chunk when the length is unknown)."""
-        if not data or self.gone or self.ended or self.head_only:
+        if not data or self.gone or self.ended or self.no_body:
             return
         self.carrier.write(self._framed(data))
         if self._source is not None and not self.carrier.writable:
@@ -100,16 +127,22 @@ class Response:
             return
         self.ended = True
         self._source = None
-        if not self.gone:
-            tail = self._framed(last) + (b"0\r\n\r\n" if self._chunked and not self.head_only else b"")
-            if tail:
-                self.carrier.write(tail)
-            self.carrier.response_done(self)
+        if self.gone:
+            return
+        if not self.started:
+            log.warning("an answer ended before it began: dropping the connection")
+            self.gone = True
+            self.carrier.abort()
+            return
+        tail = self._framed(last) + (b"0\r\n\r\n" if self._chunked else b"")
+        if tail:
+            self.carrier.write(tail)
+        self.carrier.response_done(self)
 
     def _framed(self, data: bytes) -> bytes:
         # Each write is one syscall (and one packet): the head, the first and the last bytes
         # of an answer go with their neighbours.
-        if not data or self.head_only:
+        if not data or self.no_body:
             return b""
         return b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data
 
@@ -155,10 +188,9 @@ class Response:
                 callback()
 
 
-def status_only(carrier: Carrier, status: int, body: bytes, *, version: bytes = b"1.1",
+def status_only(carrier: Carrier, status: int, body: bytes,
                 headers: Headers = ((b"content-type", b"application/json"),)) -> None:
     """A short complete answer that closes the connection (a request that could not be read)."""
-    response = Response(carrier, keep_alive=False, version=version)
-    response.start(status, headers, len(body))
-    response.write(body)
+    response = Response(carrier, keep_alive=False)
+    response.start(status, headers, len(body), body)
     response.end()

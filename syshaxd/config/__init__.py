@@ -3,8 +3,8 @@
 Other packages import from here. One module per idea: the model and its keys (``model``,
 ``keys``), validation with operator-facing messages (``validate``), YAML files on disk
 (``files``), dotted keys (``dotted``), loading the layers (``layers``), editing the admin's
-file and saving overrides (``edits``), engine flags (``flags``) and the running config
-(``runtime``).
+file and saving overrides (``edits``), engine flags (``flags``), the API port's edge limits
+(``edge``) and the running config (``runtime``).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from syshaxd.config.classes import (
     reachable,
 )
 from syshaxd.config.dotted import get_dotted
+from syshaxd.config.edge import EdgeLimits
 from syshaxd.config.edits import display_value, save_overrides, set_in_file
 from syshaxd.config.files import ConfigError, atomic_write, parse_value
 from syshaxd.config.flags import EngineFlags
@@ -61,7 +62,8 @@ __all__ = [
     "ClassRule", "RequestFields", "ServiceClass", "ServiceLevels", "classify", "reachable",
     "RUNTIME_KEYS", "UNSAVED",
     "ConductorService", "Config", "ConfigError", "Control", "CpuService", "Decider", "DeviceService", "Dialect",
-    "EngineEndpoint", "EngineFlags", "EngineSpec", "GpuService", "Handoff", "KeyInfo", "LoadedConfig", "Logging",
+    "EdgeLimits", "EngineEndpoint", "EngineFlags", "EngineSpec", "GpuService", "Handoff", "KeyInfo", "LoadedConfig",
+    "Logging",
     "ModelParams", "Models", "Monitor", "PatchError", "PolicyName", "RuntimeConfig", "Services", "System",
     "all_keys", "atomic_write", "coerce_value", "display_value", "engine_specs", "env_var", "find_config_path",
     "get_dotted", "iter_keys", "limits_of", "load_config", "parse_value", "save_overrides", "set_in_file",

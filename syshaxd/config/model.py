@@ -14,6 +14,7 @@ from typing import ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from syshaxd.config.classes import ServiceLevels
+from syshaxd.config.edge import EdgeLimits
 from syshaxd.config.keys import KeyInfo, allowed_text, type_name
 from syshaxd.routing import Handoff
 
@@ -106,6 +107,7 @@ class ConductorService(_Strict):
     load_format: Literal["vllm-router", "sglang"] = Field(
         default="vllm-router", description="Shape of GET /get_load: vllm-router's {\"load\": N} or the SGLang "
         "gateway's list per data-parallel rank (docs/fleet.md)")
+    limits: EdgeLimits = Field(default_factory=EdgeLimits)
 
     def url(self) -> str:
         """Base URL clients use to reach the conductor."""
