@@ -240,7 +240,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _wait_engines_up(daemon: RunningDaemon, timeout: float = 20.0) -> None:
+def _wait_engines_up(daemon: RunningDaemon, timeout: float = 60.0) -> None:
     """Until the monitor has scraped both engines once, so decisions see real numbers."""
     deadline = time.monotonic() + timeout
     states: list[str] = []
