@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench._common import free_port as _kernel_port
-from bench._common import stop_processes, wait_http
+from bench._common import stop_processes
+from bench._common import wait_http as _wait_http
 
 __all__ = ["free_port", "stop_process", "stop_processes", "wait_http", "wait_until"]
 
@@ -71,6 +72,12 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def wait_http(url: str, timeout: float = 60.0, proc: object | None = None) -> None:
+    """Wait until GET ``url`` answers (raises with what happened); a minute by default, as a
+    process starting beside a busy suite can take a while."""
+    _wait_http(url, timeout=timeout, proc=proc)
 
 
 def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> bool:
