@@ -24,6 +24,10 @@ from syshaxd.schema import AdviceModel
 from tests.advise.traffic import advice_of, drive
 from tests.plugins.stack import Stack
 
+#: The recording drives 40 s of traffic through a stack started for it, then runs advise: on a
+#: busy machine that takes longer than the suite's default bound for a hung test.
+pytestmark = pytest.mark.timeout(600)
+
 
 @pytest.fixture(scope="module")
 def recorded(make_module_stack: Callable[..., Stack]) -> tuple[Stack, AdviceModel]:

@@ -43,6 +43,9 @@ HELD = 6
 #: One line per choice the router makes, with the loads it compared.
 SELECTION = re.compile(r"Power-of-two selection: (\S+)=(\d+) vs (\S+)=(\d+) -> selected (\S+)")
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
+#: Two stacks and a router start for each test: on a busy machine longer than the suite's
+#: default bound for a hung test.
+pytestmark = pytest.mark.timeout(600)
 
 
 def _router_binary() -> str:
