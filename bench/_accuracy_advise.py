@@ -11,12 +11,15 @@ from __future__ import annotations
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
-from bench._traffic import Workload, advice_of, drive
+from bench._traffic import AdviseError, Workload, advise, drive
 from demo.procs import Supervisor
 from demo.stack import StackOptions, runtime_root, start_stack
 from syshaxd.schema import AdviceModel
 
+#: Seconds ``syshax advise`` may run before it counts as hung.
+ADVISE_TIMEOUT = 600.0
 #: Each judged error within this.
 TOLERANCE = 0.20
 #: The errors judged: TTFT p50 and throughput (issue 24's Done-when).
@@ -45,10 +48,23 @@ def record_and_advise(load: Workload, done: Callable[[], None] | None = None) ->
     try:
         stack = start_stack(sup, root, BOX)
         ok = drive(stack.api_url, load, done)
-        return Recorded(ok.count(True), ok.count(False), advice_of(stack.socket_path))
+        return Recorded(ok.count(True), ok.count(False), _advice(stack.socket_path))
     finally:
         sup.stop_all()
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _advice(socket: Path) -> AdviceModel:
+    """``syshax advise --json`` on the recorded window; it may take minutes on a busy machine
+    (the replay of every option), so only a hung command is cut off.
+
+    Raises:
+        AdviseError: the command failed.
+    """
+    done = advise(socket, "--json", timeout=ADVISE_TIMEOUT)
+    if done.returncode != 0:
+        raise AdviseError(f"syshax advise exited with {done.returncode}: {done.stderr.strip()}")
+    return AdviceModel.model_validate_json(done.stdout)
 
 
 def current_row(advice: AdviceModel) -> dict[str, float | None]:

@@ -36,7 +36,8 @@ def _recovery(report: Report) -> list[Figure]:
             out.append(_figure("recovery", f"{name}: calibration", None, base["bound"], MISSED, found["error"]))
             continue
         for term, t in found["terms"].items():
-            out.append(_figure("recovery", f"{name}: {term}", t["error"], base["bound"], MET if t["ok"] else MISSED,
+            verdict = (MET if t["ok"] else MISSED) if base.get("judged", True) else NOT_JUDGED
+            out.append(_figure("recovery", f"{name}: {term}", t["error"], base["bound"], verdict,
                                f"fitted {_seconds(t['fitted'])}, profile {_seconds(t['profile'])}"))
     return out
 
@@ -54,7 +55,7 @@ def _stage(report: Report, key: str, stage: str, names: dict[str, str]) -> list[
 
 
 def figures(report: Report) -> list[Figure]:
-    """Every figure with its bound and verdict: recovery always judged, the others not in a quick run."""
+    """Every figure with its bound and verdict (none timed is judged in a quick run)."""
     llama = {"TTFT p50": "TTFT p50", "TPOT p50": "TPOT p50", "output tok/s": "output tok/s"}
     advise = {"ttft_p50": "current setting: TTFT p50", "throughput": "current setting: throughput"}
     return [*_recovery(report), *_stage(report, "llama", "llama-server", llama),

@@ -14,10 +14,13 @@
    of their speed records 120 requests at 3/s; ``syshax advise`` predicts the current
    setting on that window: TTFT p50 and throughput within 20% of what happened.
 
-Run it on a quiet machine: the live engines share the cores with whatever else runs.
+Every figure compares times taken on the wall clock, so they are judged here and not in
+the tests (which check the same paths on virtual time, or only that they run): run it on a
+quiet machine, as the live engines share the cores with whatever else runs.
 
     python bench/accuracy.py            # full run (a few minutes)
-    python bench/accuracy.py --quick    # tiny run, as `make test` does: recovery judged, timings not
+    python bench/accuracy.py --quick    # tiny run, as `make test` does: every stage runs, nothing timed is
+                                        # judged; it refuses only when the calibration cannot run at all
 """
 
 from __future__ import annotations
@@ -83,9 +86,13 @@ def stage_recovery(args: argparse.Namespace, progress: Progress, tmp: Path) -> R
         except (CalibrateError, LaunchError) as exc:
             profiles[subject.name] = {"profile": _shown(subject.profile), "error": str(exc)}
         progress.update(task, completed=100)
-    ok = all("terms" in p and all(t["ok"] for t in p["terms"].values()) for p in profiles.values())
+    ran = all("terms" in p for p in profiles.values())
+    within = ran and all(t["ok"] for p in profiles.values() for t in p["terms"].values())
+    # A quick run is seconds long beside whatever else the machine does (make test runs it beside
+    # the suite): too short and too shared to judge a wall-clock fit. There the calibration must run.
     return {"bound": recovery.TOLERANCE, "settle_s": settle, "rounds": rounds,
-            "decode_tokens": recovery.DECODE_TOKENS, "profiles": profiles, "ok": ok}
+            "decode_tokens": recovery.DECODE_TOKENS, "profiles": profiles, "judged": not args.quick,
+            "ok": ran if args.quick else within}
 
 
 def stage_llama(args: argparse.Namespace, progress: Progress, tmp: Path) -> Report:
@@ -169,7 +176,7 @@ def _interrupt(signum: int, frame: FrameType | None) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="a tiny run (what make test does): tiny's recovery judged, the timings not")
+                        help="a tiny run (what make test does): every stage runs, no timing is judged")
     parser.add_argument("--pairs", type=int, default=None, help="llama-server calibrate-then-run pairs (5; quick 1)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default bench/results/accuracy.json; accuracy-quick.json with --quick)")

@@ -58,6 +58,7 @@ class SimEngine:
         self.recorder = Recorder(self.live.core, opts.dialect)
         self.live.listeners.append(self.recorder.on_step)
         self.faults = FaultState(opts.faults, seed=opts.seed)
+        self.live.set_paused(opts.faults.paused)
         n_slots = self.live.core.max_num_seqs if opts.dialect == "llamacpp" else 0
         self.layout = layout(opts.profile, self.live.core.max_num_seqs, opts.ctx_size)
         self.model_file = opts.model_file or model_file(opts.profile)
@@ -69,6 +70,11 @@ class SimEngine:
         self._next_task = 0
         self.created = int(time.time())
         self.last_result = time.monotonic()
+
+    def set_faults(self, faults: Faults) -> None:
+        """Replace the fault settings (``paused`` stops or restarts the live clock)."""
+        self.faults.set(faults)
+        self.live.set_paused(faults.paused)
 
     @property
     def context_limit(self) -> int:

@@ -18,6 +18,9 @@
   usage chunk, when asked) is sent and the HTTP response completes normally, but the
   last event is a plain chunk. Streams that never send ``[DONE]`` (the Responses API)
   are not affected.
+- ``paused``: the engine computes nothing (it finishes the step it is in) and its clock
+  stands still; requests are accepted and wait, /metrics answers. Switching it off resumes
+  where it stopped. Tests use it to hold requests in flight for as long as they need.
 - ``metrics``: ``ok`` | ``hang`` (never answers) | ``slow`` (answers after 5 wall
   seconds) | ``garbage`` (200, not Prometheus text) | ``contradictory`` (running = -1,
   KV usage 1.7, valid syntax).
@@ -50,6 +53,7 @@ class Faults:
     die_after: int | None = None
     die_mid_stream: bool = False
     truncate_stream: float = 0.0
+    paused: bool = False
     metrics: MetricsFault = "ok"
 
     def to_json(self) -> dict[str, Any]:
@@ -70,7 +74,7 @@ def _coerce(key: str, value: object) -> object:
         if isinstance(value, bool) or not isinstance(value, int) or not 400 <= value <= 599:
             raise FaultError(f"error_status must be an HTTP error status (400-599), got {value!r}")
         return value
-    if key in ("garbage_body", "die_mid_stream"):
+    if key in ("garbage_body", "die_mid_stream", "paused"):
         if not isinstance(value, bool):
             raise FaultError(f"{key} must be true or false, got {value!r}")
         return value

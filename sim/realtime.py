@@ -62,13 +62,25 @@ class LiveEngine:
         self._virt0 = core.now
         self._handles: dict[str, Handle] = {}
         self._wake = asyncio.Event()
+        self._paused_at: float | None = None  # the virtual time the clock stopped at
         self._task: asyncio.Task[None] | None = None
         self.listeners: list[Callable[[StepResult], None]] = []
         self.started_at = time.time()
 
     def vnow(self) -> float:
-        """Virtual seconds now."""
+        """Virtual seconds now (standing still while paused)."""
+        if self._paused_at is not None:
+            return self._paused_at
         return self._virt0 + (time.monotonic() - self._wall0) * self.speed
+
+    def set_paused(self, paused: bool) -> None:
+        """Stop the clock (no step starts; the one running ends) or let it go on from where it stopped."""
+        if paused and self._paused_at is None:
+            self._paused_at = self.vnow()
+        elif not paused and self._paused_at is not None:
+            self._virt0, self._wall0 = self._paused_at, time.monotonic()
+            self._paused_at = None
+        self._wake.set()
 
     def wall_delay(self, virtual_seconds: float) -> float:
         """Wall seconds a virtual duration takes."""
@@ -124,6 +136,10 @@ class LiveEngine:
     async def _run(self) -> None:
         behind = 0
         while True:
+            if self._paused_at is not None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
             self.core.expire_held(self.vnow())
             nxt = self.core.next_event_time()
             if nxt is None:

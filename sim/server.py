@@ -277,11 +277,11 @@ class _Routes:
         """GET / POST / DELETE /sim/faults."""
         faults = self.engine.faults
         if request.method == "DELETE":
-            faults.set(Faults())
+            self.engine.set_faults(Faults())
         elif request.method == "POST":
             try:
                 patch = json.loads(await request.body() or b"{}")
-                faults.set(apply_patch(faults.faults, patch))
+                self.engine.set_faults(apply_patch(faults.faults, patch))
             except (ValueError, FaultError) as exc:
                 return JSONResponse({"error": {"message": str(exc), "type": "BadRequestError", "param": None,
                                                "code": 400}}, status_code=400)

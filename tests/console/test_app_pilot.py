@@ -191,7 +191,7 @@ async def test_losing_the_daemon_shows_it_and_a_restart_recovers_without_a_key(c
         assert app.check_action("batch", (1,)) is None
 
         await control.server.start()
-        await wait_for(pilot, lambda: app.connected, "reconnected", timeout=15)
+        await wait_for(pilot, lambda: app.connected, "reconnected")
         await wait_for(pilot, lambda: "connected syshaxd" in text_of(app.query_one(StatusBar)), "the status line")
         assert not app.screen.has_class("-disconnected")
         await pilot.press("p")

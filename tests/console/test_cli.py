@@ -6,11 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
+
+from tests.plugins.ports import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE = [sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())"]
@@ -20,6 +22,17 @@ def run_console(*args: str, env: dict[str, str] | None = None) -> subprocess.Com
     full_env = {**os.environ, "COLUMNS": "100", **(env or {})}
     full_env.pop("SYSHAX_CONFIG", None)
     return subprocess.run([*CONSOLE, *args], capture_output=True, text=True, cwd=ROOT, env=full_env, timeout=60)
+
+
+def _decided(path: Path) -> bool:
+    """The stand-in daemon answers on its socket and has recorded a decision."""
+    if not path.exists():
+        return False
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(path)), base_url="http://syshaxd", timeout=10) as client:
+        try:
+            return bool(client.get("/v1/state").json()["recent_decisions"])
+        except httpx.HTTPError:
+            return False
 
 
 @pytest.fixture
@@ -32,12 +45,8 @@ def daemon_socket(short_tmp: Path) -> Iterator[Path]:
                                  "--cores", "64", "--engines", "3", "--decisions", "20"],
                                 cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while not path.exists():
-            assert proc.poll() is None, log.read_text()
-            assert time.monotonic() < deadline, "the stand-in daemon did not start"
-            time.sleep(0.05)
-        time.sleep(0.5)  # a few decisions recorded
+        assert wait_until(lambda: proc.poll() is not None or _decided(path)), "the stand-in daemon did not start"
+        assert proc.poll() is None, log.read_text()
         yield path
     finally:
         proc.send_signal(signal.SIGTERM)

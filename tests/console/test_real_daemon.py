@@ -88,7 +88,7 @@ async def test_hotkeys_change_the_daemons_config_and_panels_show_its_numbers(
     # 140 columns: the wide layout, whose conductor panel keeps "total N" on its line even
     # beside the loop-lag warning that a loaded test machine brings up.
     async with app.run_test(size=(140, 40), notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected", timeout=30)
+        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
 
         await asyncio.to_thread(chat, stack.url, 4)
         daemon = await read_state(path)
@@ -159,7 +159,7 @@ async def test_a_daemon_restart_needs_no_key(make_stack: Callable[..., Any]) -> 
     restarted: subprocess.Popen[bytes] | None = None
     try:
         async with app.run_test(size=(80, 24)) as pilot:
-            await wait_for(pilot, lambda: app.connected, "connected", timeout=30)
+            await wait_for(pilot, lambda: app.connected, "connected")
 
             stack.daemon.send_signal(signal.SIGTERM)
             await asyncio.to_thread(stack.daemon.wait, 20)
@@ -170,7 +170,7 @@ async def test_a_daemon_restart_needs_no_key(make_stack: Callable[..., Any]) -> 
             assert app.check_action("toggle_pd", ()) is None
 
             restarted = await asyncio.to_thread(start_daemon, stack)
-            await wait_for(pilot, lambda: app.connected, "reconnected by itself", timeout=30)
+            await wait_for(pilot, lambda: app.connected, "reconnected by itself")
             await wait_for(pilot, lambda: "connected syshaxd" in text_of(app.status_bar), "the status line")
             assert not app.main_screen.has_class("-disconnected")
             await pilot.press("p")

@@ -37,13 +37,13 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
     path = socket_of(stack)
     app = console_for(path)
     async with app.run_test(size=(140, 40), notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected", timeout=30)
+        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
         await asyncio.to_thread(chat, stack.url, 5)
         await pilot.press("R")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "the requests view")
         screen = app.screen
         assert isinstance(screen, RequestsScreen)
-        await wait_for(pilot, lambda: len(screen.records) == 5, "five requests listed", timeout=10)
+        await wait_for(pilot, lambda: len(screen.records) == 5, "five requests listed")
         text = _screen_text(app)
         assert "the last 5 finished requests" in text and "(0 not ok)" in text
         newest = screen.records[0]
@@ -61,7 +61,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "back to the list")
         # New traffic shows up while the view is open (it refreshes itself).
         await asyncio.to_thread(chat, stack.url, 2)
-        await wait_for(pilot, lambda: len(screen.records) == 7, "seven requests listed", timeout=10)
+        await wait_for(pilot, lambda: len(screen.records) == 7, "seven requests listed")
         if os.environ.get("SYSHAX_SCREENSHOTS"):
             app.save_screenshot(str(Path(os.environ["SYSHAX_SCREENSHOTS"]) / "console-requests.svg"))
         await pilot.press("escape")
@@ -73,7 +73,7 @@ async def test_advice_view_says_how_to_get_advice_then_shows_the_latest(make_sta
     path = socket_of(stack)
     app = console_for(path)
     async with app.run_test(size=(140, 40), notifications=True) as pilot:
-        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected", timeout=30)
+        await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
         await pilot.press("a")
         await wait_for(pilot, lambda: isinstance(app.screen, AdviceScreen), "the advice view")
         await wait_for(pilot, lambda: "No advice yet" in _screen_text(app), "no advice yet")

@@ -170,24 +170,24 @@ def test_headless_demo_uses_both_devices_splits_and_reacts_to_runtime_changes(
 ) -> None:
     summary_path = tmp_path / "summary.json"
     run = headless("--speed", SPEED, "--load", LOAD, "--interval", "1", "--trace", "sample",
-                   "--duration", "150", "--json-summary", str(summary_path))
+                   "--duration", "900", "--json-summary", str(summary_path))  # the test stops it sooner
     sock = run.wait_for(run.socket, 60, "the control socket appeared")
     api = _api_url(sock)
     run.wait_for(lambda: _finished(api, "cpu", "pd_split") > 0 and _finished(api, "gpu", "whole") > 0, 120,
                  "requests finished on the GPU and split between GPU and CPU")
 
     # Operator turns auto-PD offload off: the next CPU decisions are whole requests on the CPU.
-    changed = time.time()
     _patch(sock, {"decider.auto_pd_offload": False})
+    changed = time.time()  # the change is in force once the PATCH has answered
     run.wait_for(lambda: any(d.device == "cpu" and d.mode == "whole" for d in _decisions_after(sock, changed)),
                  60, "a cpu/whole decision after auto_pd_offload=false")
 
     # CPU batch limit 0: the CPU gets nothing new, whatever the GPU's load.
-    closed = time.time()
     _patch(sock, {"decider.cpu_max_batch_size": 0})
-    later = run.wait_for(lambda: [d for d in _decisions_after(sock, closed + 0.5) if d.device is not None][:10]
-                         if len(_decisions_after(sock, closed + 0.5)) >= 10 else None,
-                         60, "ten decisions after cpu_max_batch_size=0")
+    closed = time.time()
+    later = run.wait_for(lambda: [d for d in _decisions_after(sock, closed) if d.device is not None][:10]
+                         if len(_decisions_after(sock, closed)) >= 10 else None,
+                         120, "ten decisions after cpu_max_batch_size=0")
     assert all(d.device == "gpu" for d in later), [(d.device, d.reason) for d in later]
 
     run.proc.send_signal(signal.SIGINT)
@@ -264,7 +264,8 @@ def test_console_key_stops_everything(short_tmp: Path, key: bytes) -> None:
 def test_duration_ending_under_the_console_restores_the_terminal(short_tmp: Path) -> None:
     tmpdir = short_tmp / "tmp"
     tmpdir.mkdir()
-    run, master, _ = _pty_demo(tmpdir, duration="8")
+    # Long enough for the console to start and draw on a busy machine before the duration ends.
+    run, master, _ = _pty_demo(tmpdir, duration="30")
     try:
         run.wait_for(lambda: "q quit" in _screen(run.output()), 60, "the console drew its footer")
         while run.proc.poll() is None:
@@ -274,7 +275,7 @@ def test_duration_ending_under_the_console_restores_the_terminal(short_tmp: Path
     finally:
         _kill_leftovers(run)
         os.close(master)
-    assert "stopping (--duration 8s reached)" in _screen(run.output())
+    assert "stopping (--duration 30s reached)" in _screen(run.output())
     assert run.leftovers() == []
     _assert_terminal_restored(run.output())
 

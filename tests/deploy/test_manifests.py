@@ -277,17 +277,35 @@ def test_the_dockerfile_copies_only_what_exists() -> None:
                 assert (ROOT / source).exists(), source
 
 
+def _handles_sigterm(pid: int) -> bool:
+    """Whether the process catches, blocks or waits for SIGTERM (/proc/PID): as PID 1 it is
+    otherwise ignored, and a signal sent before the command set that up would be lost.
+    (Inside sigwait() the kernel shows the awaited signals unblocked: it waits in
+    do_sigtimedwait then.)"""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError:
+        return False
+    masks = dict(line.split(":\t", 1) for line in status.splitlines() if line.startswith(("SigBlk", "SigCgt")))
+    bit = 1 << (signal.SIGTERM - 1)
+    return "sigtimedwait" in wchan or any(int(masks.get(key, "0"), 16) & bit for key in ("SigBlk", "SigCgt"))
+
+
 def run_as_pid_1(argv: list[str]) -> subprocess.Popen[bytes]:
-    """``argv`` as PID 1 of a new PID namespace, as a container runs its command (needs root)."""
+    """``argv`` as PID 1 of a new PID namespace, as a container runs its command (needs root);
+    returned once it has set up its SIGTERM handling."""
     proc = subprocess.Popen(["unshare", "--pid", "--fork", "--kill-child", "--", *argv],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline and proc.poll() is None:
-        if psutil.Process(proc.pid).children():
-            time.sleep(0.3)  # let it block its signals
+        children = psutil.Process(proc.pid).children()
+        if children and _handles_sigterm(children[0].pid):
             return proc
         time.sleep(0.05)
-    stderr = proc.communicate(timeout=5)[1].decode(errors="replace") if proc.poll() is not None else ""
+    if proc.poll() is None:  # started, but never ready: do not leave it behind
+        proc.kill()
+    stderr = proc.communicate(timeout=5)[1].decode(errors="replace")
     pytest.skip(f"cannot start a process in a new PID namespace here: {stderr.strip()[:200]}")
 
 
@@ -301,7 +319,7 @@ def test_the_console_container_stops_on_sigterm_as_pid_1() -> None:
     try:
         (child,) = psutil.Process(proc.pid).children()
         child.send_signal(signal.SIGTERM)
-        child.wait(timeout=5)
+        child.wait(timeout=60)
     finally:
         proc.kill()
         proc.communicate(timeout=5)

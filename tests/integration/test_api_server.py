@@ -60,7 +60,7 @@ async def exchange(port: int, data: bytes, *, until: bytes = b"", close: bool = 
     out = b""
     try:
         while not (until and until in out):
-            chunk = await asyncio.wait_for(reader.read(65536), 5)
+            chunk = await asyncio.wait_for(reader.read(65536), 60)
             if not chunk:
                 break
             out += chunk
@@ -142,7 +142,7 @@ async def test_a_stop_closes_idle_connections_and_lets_a_stream_finish(server: t
     writer.write(b"GET /stream HTTP/1.1\r\nhost: x\r\n\r\n")
     await reader.readuntil(b"data: 0")
     stopping = asyncio.create_task(api.stop(5.0))
-    rest = await asyncio.wait_for(reader.read(), 5)  # the stream ends, then the connection
+    rest = await asyncio.wait_for(reader.read(), 60)  # the stream ends, then the connection
     assert rest.endswith(b"0\r\n\r\n")
     await stopping
     assert not api.connections

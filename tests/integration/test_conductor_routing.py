@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +10,7 @@ import httpx
 import pytest
 
 from syshaxd.sse import Decoder
+from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
@@ -75,43 +75,41 @@ def _slow_request(url: str, results: list[Any], max_tokens: int = 400) -> None:
 
 
 def test_no_capacity_queues_then_admits(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(policy="classic", speed=1.0,
-                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0}})
+    stack = make_stack(policy="classic", config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0}})
+    stack.faults(stack.gpu_url, paused=True)  # the first request holds the one GPU slot until resumed
     results: list[Any] = []
-    first = threading.Thread(target=_slow_request, args=(stack.url, results))
-    first.start()
-    deadline = time.monotonic() + 10
-    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
+    first = threading.Thread(target=_slow_request, args=(stack.url, results, 20))
     second = threading.Thread(target=_slow_request, args=(stack.url, results, 3))
-    second.start()
-    deadline = time.monotonic() + 10
-    seen_queue = 0.0
-    while time.monotonic() < deadline and seen_queue < 1:
-        seen_queue = stack.metric("syshax_queue_depth")
-        time.sleep(0.02)
-    assert seen_queue == 1
-    first.join(60)
-    second.join(60)
+    try:
+        first.start()
+        assert wait_until(lambda: stack.metric("syshax_decisions_total") == 1)
+        second.start()
+        assert wait_until(lambda: stack.metric("syshax_queue_depth") == 1)
+    finally:
+        stack.faults(stack.gpu_url, paused=False)
+        first.join(60)
+        second.join(60)
     assert [r.status_code for r in results] == [200, 200]
     assert stack.metric("syshax_queue_depth") == 0
 
 
 def test_full_queue_is_429_with_retry_after(make_stack: Callable[..., Stack]) -> None:
-    stack = make_stack(policy="classic", speed=1.0,
-                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
-                               "system": {"max_queue_size": 0}})
+    stack = make_stack(policy="classic", config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
+                                                 "system": {"max_queue_size": 0}})
+    stack.faults(stack.gpu_url, paused=True)
     results: list[Any] = []
-    first = threading.Thread(target=_slow_request, args=(stack.url, results))
-    first.start()
-    deadline = time.monotonic() + 10
-    while stack.metric("syshax_decisions_total") < 1 and time.monotonic() < deadline:
-        time.sleep(0.02)
-    rejected = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2}, timeout=10)
+    first = threading.Thread(target=_slow_request, args=(stack.url, results, 20))
+    try:
+        first.start()
+        assert wait_until(lambda: stack.metric("syshax_decisions_total") == 1)
+        rejected = httpx.post(f"{stack.url}/v1/chat/completions", json={"messages": MESSAGES, "max_tokens": 2},
+                              timeout=60)
+    finally:
+        stack.faults(stack.gpu_url, paused=False)
+        first.join(60)
     assert rejected.status_code == 429
     assert rejected.headers["Retry-After"].isdigit()
     assert "queue is full" in rejected.json()["error"]["message"]
-    first.join(60)
     assert results[0].status_code == 200
 
 

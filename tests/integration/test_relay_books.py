@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import socket
-import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -41,29 +42,31 @@ def test_a_non_streamed_request_whose_client_leaves_releases_its_engine(
 
 
 def test_requests_waiting_at_the_conductor_are_answered_in_arrival_order(make_stack: Callable[..., Stack]) -> None:
-    # The same through a real daemon: one GPU slot, requests queued behind it one by one.
-    stack = make_stack(policy="classic", speed=1.0,
-                       config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
-                               "system": {"max_queue_size": 20}})
-    finished: list[int] = []
-    lock = threading.Lock()
+    # One GPU slot, held busy (its engine paused) while the others queue behind it one by one;
+    # then the engine goes on and they leave in the order they came, never the last first.
+    stack = make_stack(policy="classic", config={"decider": {"gpu_max_batch_size": 1, "cpu_max_batch_size": 0},
+                                                 "system": {"max_queue_size": 20}})
+    stack.faults(stack.gpu_url, paused=True)
 
     def send(i: int) -> None:
-        stack.openai().chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=150,
-                                               extra_body={"ignore_eos": True})
-        with lock:
-            finished.append(i)
+        stack.openai().chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=20,
+                                               extra_body={"ignore_eos": True},
+                                               extra_headers={"X-Request-ID": f"arrival-{i}"})
 
-    threads = []
-    for i in range(4):
-        thread = threading.Thread(target=send, args=(i,))
-        thread.start()
-        threads.append(thread)
-        # the next comes once this one is running or queued: arrival order is i
-        assert wait_until(lambda i=i: stack.metric("syshax_inflight") + stack.metric("syshax_queue_depth") == i + 1)
-    for thread in threads:
-        thread.join(60)
-    assert finished == [0, 1, 2, 3]
+    with ThreadPoolExecutor(4) as pool:
+        try:
+            answers = [pool.submit(send, 0)]
+            assert wait_until(lambda: stack.metric("syshax_inflight") == 1)
+            for i in range(1, 4):  # the next comes once this one waits: arrival order is i
+                answers.append(pool.submit(send, i))
+                assert wait_until(lambda i=i: stack.metric("syshax_queue_depth") == i)
+        finally:
+            stack.faults(stack.gpu_url, paused=False)
+        for answer in answers:
+            answer.result(timeout=120)
+    # The daemon logs each request as its answer ends.
+    assert wait_until(lambda: stack.log_text().count("id=arrival-") == 4)
+    assert re.findall(r"id=(arrival-\d)", stack.log_text()) == [f"arrival-{i}" for i in range(4)]
 
 
 def test_a_stream_that_ends_without_done_is_truncated_not_ok(make_stack: Callable[..., Stack]) -> None:

@@ -34,7 +34,7 @@ def test_finished_requests_are_kept_with_their_decision_inputs_and_outcome(make_
                                         stream=True, extra_body={"ignore_eos": True}) as stream:
         for _ in stream:
             pass
-    assert wait_until(lambda: len(_records(stack)) == 2, timeout=10)
+    assert wait_until(lambda: len(_records(stack)) == 2)
     whole, streamed = _records(stack)
     assert (whole.stream, streamed.stream) == (False, True)
     assert whole.outcome == streamed.outcome == "ok"
@@ -52,7 +52,7 @@ def test_finished_requests_are_kept_with_their_decision_inputs_and_outcome(make_
     # Bounded: the ring keeps the last logging.requests_kept; limit= trims further.
     for _ in range(6):
         client.chat.completions.create(model="ds-32b", messages=[{"role": "user", "content": "x"}], max_tokens=1)
-    assert wait_until(lambda: len(_records(stack)) == 5, timeout=10)
+    assert wait_until(lambda: len(_records(stack)) == 5)
     assert len(_records(stack, limit=2)) == 2
     assert whole.request_id not in {r.request_id for r in _records(stack)}
 
@@ -66,7 +66,7 @@ def test_records_go_to_a_rotating_file_and_never_hold_prompt_text(
         client = stack.openai()
         for _ in range(30):
             client.chat.completions.create(model="ds-32b", messages=[{"role": "user", "content": SECRET}], max_tokens=2)
-        assert wait_until(lambda: len(_records(stack)) == 30, timeout=10)
+        assert wait_until(lambda: len(_records(stack)) == 30)
         files = sorted(Path(where).glob("requests.jsonl*"))
         assert [f.name for f in files] == ["requests.jsonl", "requests.jsonl.1", "requests.jsonl.2"]
         lines = [json.loads(line) for f in files for line in f.read_text().splitlines()]

@@ -38,7 +38,7 @@ async def slots(client: httpx.AsyncClient) -> list[dict[str, Any]]:
     return data
 
 
-async def wait_all_idle(client: httpx.AsyncClient, timeout: float = 20.0) -> list[dict[str, Any]]:
+async def wait_all_idle(client: httpx.AsyncClient, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Poll /slots until no slot is processing; return the last answer."""
     deadline = time.monotonic() + timeout
     while True:
@@ -76,7 +76,7 @@ async def predicted_total(urls: tuple[str, ...]) -> float:
     return total
 
 
-async def wait_processing(urls: tuple[str, ...], busy: bool, timeout: float = 30.0) -> None:
+async def wait_processing(urls: tuple[str, ...], busy: bool, timeout: float = 60.0) -> None:
     """Poll the servers' /slots every 20 ms until some slot is busy (or none is).
 
     Polling that often is also the traffic that keeps an abandoned non-streamed request

@@ -20,7 +20,7 @@ N_CTX = 4 * 4096
 LONG: dict[str, Any] = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 3000, **NO_EOS}
 
 
-def _wait_engine(stack: LlamaStack, name: str, state: str, timeout: float = 20.0) -> None:
+def _wait_engine(stack: LlamaStack, name: str, state: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     seen = None
     while time.monotonic() < deadline:
@@ -31,7 +31,7 @@ def _wait_engine(stack: LlamaStack, name: str, state: str, timeout: float = 20.0
     raise AssertionError(f"{name} never became {state}: {seen}")
 
 
-async def _wait_busy(url: str, timeout: float = 30.0) -> None:
+async def _wait_busy(url: str, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     async with httpx.AsyncClient(timeout=10) as http:
         while not any(s["is_processing"] for s in (await http.get(f"{url}/slots")).json()):

@@ -41,7 +41,7 @@ class NotifySink:
         self.sock.bind(str(path))
         self.messages: list[str] = []
 
-    def wait_for(self, field_: str, count: int = 1, timeout: float = 30.0) -> str:
+    def wait_for(self, field_: str, count: int = 1, timeout: float = 60.0) -> str:
         """Receive until ``count`` messages carried ``field_`` (``READY=1``...); returns the last."""
         deadline = time.monotonic() + timeout
         while True:
@@ -114,7 +114,7 @@ class RunningDaemon:
 
 
 
-def wait_control_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
+def wait_control_socket(path: Path, proc: subprocess.Popen[bytes], timeout: float = 60.0) -> None:
     """Until something accepts connections on ``path`` (fails if ``proc`` exits first).
 
     Probes with a plain socket: httpx leaks its socket when connect() fails.
@@ -240,7 +240,7 @@ def start_daemon() -> Iterator[Callable[..., RunningDaemon]]:
     shutil.rmtree(base, ignore_errors=True)
 
 
-def _wait_engines_up(daemon: RunningDaemon, timeout: float = 20.0) -> None:
+def _wait_engines_up(daemon: RunningDaemon, timeout: float = 60.0) -> None:
     """Until the monitor has scraped both engines once, so decisions see real numbers."""
     deadline = time.monotonic() + timeout
     states: list[str] = []

@@ -259,7 +259,7 @@ class LlamaStack:
         """What syshaxd logged so far."""
         return self.log_path.read_text(errors="replace")
 
-    def wait_log(self, text: str, timeout: float = 20.0) -> str:
+    def wait_log(self, text: str, timeout: float = 60.0) -> str:
         """Until syshaxd's log contains ``text``; returns the log."""
         deadline = time.monotonic() + timeout
         while True:
@@ -348,7 +348,7 @@ def start_llama_stack(
         raise
 
 
-def _wait_engines_up(stack: LlamaStack, timeout: float = 30.0) -> None:
+def _wait_engines_up(stack: LlamaStack, timeout: float = 60.0) -> None:
     # A plain-socket probe first: httpx leaks its socket when connect() to a missing Unix
     # socket fails, and the ResourceWarning fails whichever test the GC happens to run in.
     wait_control_socket(stack.socket_path, stack.daemon, timeout)

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from bench._common import free_port as _kernel_port
-from bench._common import stop_processes, wait_http
+from bench._common import stop_processes
+from bench._common import wait_http as _wait_http
 
 __all__ = ["free_port", "stop_process", "stop_processes", "wait_http", "wait_until"]
 
@@ -73,8 +74,18 @@ def stop_process(proc: subprocess.Popen[bytes], grace: float = 15.0) -> None:
             proc.wait(timeout=5)
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 15.0) -> bool:
-    """Poll ``check`` every 50 ms until it holds or ``timeout`` passes; returns its last value."""
+def wait_http(url: str, timeout: float = 60.0, proc: object | None = None) -> None:
+    """Wait until GET ``url`` answers (raises with what happened); a minute by default, as a
+    process starting beside a busy suite can take a while."""
+    _wait_http(url, timeout=timeout, proc=proc)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Poll ``check`` every 50 ms until it holds or ``timeout`` passes; returns its last value.
+
+    The timeout only bounds a failure: on a busy machine a condition comes later, not never,
+    so it is long and the wait ends as soon as the condition holds.
+    """
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if check():

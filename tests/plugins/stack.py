@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ import pytest
 import yaml
 
 from tests.plugins.configs import deep_update
-from tests.plugins.ports import free_port, stop_processes, wait_http
+from tests.plugins.ports import free_port, stop_processes, wait_http, wait_until
 
 
 @dataclass
@@ -186,13 +185,11 @@ def _stack_factory(tmp_path: Path) -> Iterator[Callable[..., Stack]]:
         procs.append(daemon)
         url = f"http://127.0.0.1:{api_port}"
         wait_http(f"{url}/health", proc=daemon)
-        # Let the monitor see both engines once before the test routes anything.
-        deadline = time.monotonic() + 15
-        while time.monotonic() < deadline:
-            body = httpx.get(f"{url}/health", timeout=5).json()
-            if all(e["state"] == "up" for e in body.get("engines", {}).values()):
-                break
-            time.sleep(0.1)
+        # Let the monitor see both engines once before the test routes anything (a busy machine
+        # only makes that come later). Engines a test serves itself may never look up: then the
+        # stack is handed over after a minute as it is.
+        wait_until(lambda: all(e["state"] == "up" for e in
+                               httpx.get(f"{url}/health", timeout=10).json().get("engines", {}).values()), timeout=60)
         return Stack(url, gpu_url, cpu_url, config_path, tmp_path, daemon, engines, log_path, api_key)
 
     try:

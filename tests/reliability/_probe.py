@@ -28,8 +28,9 @@ def kill(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(timeout=10)
 
 
-def wait_until(check: Callable[[], bool], timeout: float = 15.0, interval: float = 0.05) -> bool:
-    """Poll ``check`` until it holds or ``timeout`` passes; returns its last value."""
+def wait_until(check: Callable[[], bool], timeout: float = 60.0, interval: float = 0.05) -> bool:
+    """Poll ``check`` until it holds or ``timeout`` passes; returns its last value (the timeout
+    only bounds a failure: a busy machine makes a condition come late, not fail)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -246,7 +247,7 @@ def drained(stack: Stack, baseline: Usage | None = None) -> bool:
     return baseline is None or now.fds <= baseline.fds + FD_SLACK
 
 
-def assert_drained(stack: Stack, baseline: Usage | None = None, timeout: float = 15.0) -> None:
+def assert_drained(stack: Stack, baseline: Usage | None = None, timeout: float = 60.0) -> None:
     """Wait for :func:`drained`, then check the control state agrees; fail naming what stuck."""
     if not wait_until(lambda: drained(stack, baseline), timeout=timeout):
         now = Usage.of(stack)

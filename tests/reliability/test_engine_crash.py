@@ -8,7 +8,6 @@ the queue and the connections come back to zero.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 
 import httpx
@@ -182,13 +181,20 @@ def test_flapping_engine_every_request_ends_cleanly(make_stack: Callable[..., St
     threads = [threading.Thread(target=client, args=(i % 2 == 0,)) for i in range(4)]
     for t in threads:
         t.start()
+    def answered(more: int) -> None:
+        """Wait until the clients have had ``more`` answers (whole or errors) since now."""
+        start = len(outcomes)
+        assert wait_until(lambda: len(outcomes) >= start + more, timeout=120), f"clients stuck at {len(outcomes)}"
+
     try:
-        for _ in range(2):  # two flaps: down ~1.5 s, up ~1.5 s
-            time.sleep(1.5)
+        for _ in range(2):  # two flaps; requests are answered in each phase of each
+            answered(8)
             kill(stack.engines[GPU])
-            time.sleep(1.5)
+            assert wait_until(lambda: engine_states(stack)["gpu0"] == "down", timeout=120)
+            answered(8)
             restart_engine(stack, GPU)
-        time.sleep(1.0)
+            assert wait_until(lambda: engine_states(stack)["gpu0"] == "up", timeout=120)
+        answered(8)
     finally:
         stop.set()
         for t in threads:

@@ -19,10 +19,11 @@ from tests.reliability._probe import (
     wait_until,
 )
 
-#: Scrapes give up quickly so an engine whose /metrics stalls is marked within a few seconds,
-#: and the pace holds between requests (an idle box is otherwise scraped every 5 s,
-#: ``monitor.idle_interval``, and each fault took ~10 s to show and ~5 s to clear).
-FAST_MONITOR = {"monitor": {"interval": 0.2, "idle_interval": 0, "scrape_timeout": 0.5, "stale_after": 2,
+#: Scrapes give up before the slow fault answers (5 s) so an engine whose /metrics stalls is
+#: marked within seconds, and the pace holds between requests (an idle box is otherwise
+#: scraped every 5 s, ``monitor.idle_interval``, and each fault took ~10 s to show and ~5 s
+#: to clear). A healthy answer has 2 s, which a busy machine does not run out of.
+FAST_MONITOR = {"monitor": {"interval": 0.2, "idle_interval": 0, "scrape_timeout": 2.0, "stale_after": 2,
                             "down_after": 4}}
 
 
@@ -50,7 +51,7 @@ def test_unreadable_metrics_mark_the_engine_and_never_block_requests(make_stack:
         assert_state_sane(state(stack))
         # Readable again: the engine comes back without a restart.
         stack.faults(stack.gpu_url)
-        assert wait_until(lambda: engine_states(stack)["gpu0"] == "up", timeout=20), mode
+        assert wait_until(lambda: engine_states(stack)["gpu0"] == "up"), mode
         assert wait_until(lambda: health(stack).json()["status"] == "ok"), mode
         assert_drained(stack, baseline)
     assert_no_traceback(stack)
@@ -82,14 +83,14 @@ def test_both_engines_metrics_hanging_still_serves(make_stack: Callable[..., Sta
     baseline = Usage.of(stack)
     stack.faults(stack.gpu_url, metrics="hang")
     stack.faults(stack.cpu_url, metrics="hang")
-    assert wait_until(lambda: set(engine_states(stack).values()) == {"down"}, timeout=20)
+    assert wait_until(lambda: set(engine_states(stack).values()) == {"down"})
     # Both look down, so requests are refused cleanly (503): never a hang on a scrape.
     outcome = chat(stack, stream=True)
     assert outcome.clean, outcome
     assert outcome.complete or outcome.status == 503, outcome
     stack.faults(stack.gpu_url)
     stack.faults(stack.cpu_url)
-    assert wait_until(lambda: health(stack).json()["status"] == "ok", timeout=20)
+    assert wait_until(lambda: health(stack).json()["status"] == "ok")
     assert chat(stack, stream=False).complete
     assert_drained(stack, baseline)
     assert_no_traceback(stack)

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -13,6 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sim.faults import FaultError, Faults, apply_patch, parse_assignments
 from sim.launch import EngineHandle, start_engine
+from tests.plugins.ports import wait_until
 
 CHAT = {"model": "ds-32b", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5, "ignore_eos": True}
 
@@ -146,6 +148,24 @@ def test_truncate_stream_rate_truncates_some_streams(engine: EngineHandle) -> No
     engine.set_faults(truncate_stream=0.5)
     ends = {chat(engine, stream=True, max_tokens=1).text.endswith("data: [DONE]\n\n") for _ in range(30)}
     assert ends == {True, False}
+
+
+def test_paused_holds_requests_with_the_clock_stopped_and_resumes_where_it_stopped(engine: EngineHandle) -> None:
+    engine.set_faults(paused=True)
+    with ThreadPoolExecutor(1) as pool:
+        answer = pool.submit(chat, engine, 30.0, max_tokens=8)
+        assert wait_until(lambda: engine.stats()["waiting"] == 1)  # accepted, not computed
+        before = engine.stats()
+        metrics = metric_values(httpx.get(f"{engine.url}/metrics", timeout=5).text)  # still answers
+        assert metrics["vllm:num_requests_waiting"] == 1
+        after = engine.stats()
+        assert after["virtual_time"] == before["virtual_time"]
+        assert after["generation_tokens"] == before["generation_tokens"]
+        assert not answer.done()
+        assert engine.set_faults(paused=False)["paused"] is False
+        done = answer.result(timeout=30)
+    assert done.status_code == 200 and done.json()["usage"]["completion_tokens"] == 8
+    assert engine.stats()["virtual_time"] > before["virtual_time"]
 
 
 def test_metrics_hang_and_slow_on_and_off(engine: EngineHandle) -> None:

@@ -155,7 +155,7 @@ def _stats(engine: EngineHandle) -> dict[str, object]:
     return httpx.get(f"{engine.url}/sim/stats").json()  # type: ignore[no-any-return]
 
 
-def _wait_idle(engine: EngineHandle, timeout: float = 10.0) -> dict[str, object]:
+def _wait_idle(engine: EngineHandle, timeout: float = 60.0) -> dict[str, object]:
     deadline = time.monotonic() + timeout
     stats = _stats(engine)
     while time.monotonic() < deadline and (stats["running"] or stats["waiting"] or stats["kv_usage"]):

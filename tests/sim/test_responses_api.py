@@ -97,7 +97,7 @@ def test_a_response_runs_in_the_engines_batch(sim_engine) -> None:  # type: igno
         stats = engine.stats()
         assert stats["running"] == 1 and stats["kv_usage"] > 0
         assert stats["prompt_tokens"] == textgen.chat_tokens([QUESTION])
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60
     while engine.stats()["running"] and time.monotonic() < deadline:
         time.sleep(0.02)
     assert engine.stats()["finished"] == {"abort": 1}  # the client left: aborted like a chat stream
