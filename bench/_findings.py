@@ -22,8 +22,7 @@ def _gain(a: float, b: float) -> float:
 def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> str:
     runs = block["runs"]
     cap, top = block["capacity"], max(factors)
-    capacity = (f"GPU-only capacity {cap:.3g} req/s" if block.get("capacity_met", True) else
-                f"no rate meets the targets for gpu-only (the sweep is based on the lowest rate tried, {cap:.3g} req/s)")
+    capacity = f"GPU-only capacity {cap:.3g} req/s" if block.get("capacity_met", True) else _no_capacity(block)
     parts = [
         f"**{name}**: {capacity}; the CPU alone reaches {block['cpu_alone_goodput']:.2g} req/s "
         f"of goodput at best, so the ceiling is {block['ceiling']:.3g} req/s "
@@ -50,6 +49,16 @@ def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> st
         parts.append(f"At {over:g}x, GPU preemptions: {', '.join(pre)}; requests that never finished "
                      f"(of {runs[0]['requests']}): {', '.join(lost)}.")
     return " ".join(parts)
+
+
+def _no_capacity(block: dict[str, Any]) -> str:
+    """What the capacity search found when no rate met the targets for 90% of the requests under gpu-only."""
+    floor, goal = block.get("attainment_floor"), block.get("capacity_goal")
+    if floor is None or goal is None:
+        return f"no rate meets the targets for gpu-only (the sweep is based on the lowest rate tried, {block['capacity']:.3g} req/s)"
+    return (f"no rate meets the targets for 90% of the requests under gpu-only: even at the lowest rates it meets them "
+            f"for {floor:.0%} (what is left is not the load's); the sweep is based on {block['capacity']:.3g} req/s, "
+            f"the highest rate at which it still meets them for {goal:.0%}")
 
 
 def _tps(runs: list[Run], like: Run) -> float:
