@@ -34,6 +34,7 @@ from typing import Any
 from bench import _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
+from bench._scenarios import policy_function
 from sim import timing
 from sim.arrival_grid import Replay
 from sim.profile import load_profile
@@ -92,7 +93,7 @@ def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None,
     """Run one policy at one offered rate on the window of ``seed``; its summary and decisions by kind."""
     count = _workloads.run_size(workload, settings.requests)
     reqs = _workloads.requests_at(_source(workload, settings.traces, settings.replay), rate, count, seed)
-    spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy, ttft_target=settings.ttft_target,
+    spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy_function(policy), ttft_target=settings.ttft_target,
                    tpot_target=settings.tpot_target, handoff=settings.handoff)
     result = execute(spec, reqs)
     summary = summarise(result.outcomes, offered_rate=rate, ttft_target=settings.ttft_target,

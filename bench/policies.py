@@ -31,7 +31,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import _report, _sweep
 from bench._common import results_dir
-from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick
+from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick, uses_cpu
 from bench._workloads import HELD_OUT, MOONCAKE, WORKLOADS, WorkloadError, choose
 from sim.arrival_grid import REPLAYS
 
@@ -116,10 +116,10 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
         capacity = dict(zip(keys1, first[: len(keys1)], strict=True))
         alone = dict(zip(keys2, first[len(keys1):], strict=True))
 
-        # gpu-only never touches the CPU: one run per GPU profile serves every scenario with it.
+        # gpu-only and gpu-held never touch the CPU: one run per GPU profile serves every scenario.
         def identity(w: str, s: str, policy: str, f: float) -> tuple[str, str, str | None, str, float]:
             sc = SCENARIOS[s]
-            return (w, sc.gpu_profile, None if policy == "gpu-only" else sc.cpu_profile, policy, f)
+            return (w, sc.gpu_profile, sc.cpu_profile if uses_cpu(policy) else None, policy, f)
 
         unique: dict[tuple[str, str, str | None, str, float], _sweep.Task] = {}
         for w in plan["workloads"]:

@@ -15,7 +15,7 @@ from sim.arrival_grid import Grid, grid_of
 
 def _summary(rate: float, attainment: float, completed_rps: float | None = None) -> Summary:
     return Summary(offered_rate=rate, requests=100, completed=100, completed_rps=rate if completed_rps is None else completed_rps,
-                   output_tps=0.0, ttft_p50=None, ttft_p99=None, tpot_p50=None, tpot_p99=None, e2e_p99=None,
+                   output_tps=0.0, ttft_p50=None, ttft_p99=None, ttft_p99_finished=None, tpot_p50=None, tpot_p99=None, e2e_p99=None,
                    attainment=attainment, goodput=rate * attainment, cpu_request_share=0.0, cpu_token_share=0.0,
                    gpu_util=0.0, cpu_util=0.0, makespan=1.0, rejected=0, timed_out=0, gpu_preemptions=0)
 
