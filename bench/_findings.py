@@ -172,7 +172,13 @@ def _split_parts(block: dict[str, Any]) -> tuple[Run, Run, Run] | None:
 
 
 def _gain_words(gain: float) -> str:
-    return "changes nothing measurable (±0%)" if abs(gain) < 0.005 else f"{'adds' if gain > 0 else 'costs'} {_pct(gain)}"
+    if abs(gain) < 0.005:
+        return "changes nothing measurable (±0%)"
+    return f"{'adds' if gain > 0 else 'costs'} {abs(gain) * 100:.0f}%"
+
+
+def _where(run: Run, top: float) -> str:
+    return f"at {run['rate_factor']:g}x" + (", the top of the sweep" if run["rate_factor"] == top else "")
 
 
 def split_sentences(report: dict[str, Any]) -> list[str]:
@@ -190,10 +196,10 @@ def split_sentences(report: dict[str, Any]) -> list[str]:
             at_top = "/".join(f"{r['goodput']:.3g}" if r else "-" for r in tops)
             lines.append(
                 f"  - **{name}**: the GPU alone, its engine queueing what it cannot start, peaks at "
-                f"{only['goodput']:.3g} req/s within the targets (gpu-only, at {only['rate_factor']:g}x). Held back "
-                f"as adaptive holds, the same GPU peaks at {held['goodput']:.3g} (gpu-held, at {held['rate_factor']:g}x): "
+                f"{only['goodput']:.3g} req/s within the targets (gpu-only, {_where(only, top)}). Held back "
+                f"as adaptive holds, the same GPU peaks at {held['goodput']:.3g} (gpu-held, {_where(held, top)}): "
                 f"holding back {_gain_words(_gain(held['goodput'], only['goodput']))}. With the CPU beside it, adaptive "
-                f"peaks at {both['goodput']:.3g} (at {both['rate_factor']:g}x): the CPU "
+                f"peaks at {both['goodput']:.3g} ({_where(both, top)}): the CPU "
                 f"{_gain_words(_gain(both['goodput'], held['goodput']))}. At {top:g}x the three serve "
                 f"{at_top} req/s.")
     return lines
