@@ -18,8 +18,6 @@ from sim.profile import load_profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
 from syshaxd.config import Handoff
-from syshaxd.policy import get_policy
-from syshaxd.policy.queueing import queue_order
 
 
 @dataclass(frozen=True)
@@ -53,8 +51,8 @@ def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
     if spec.cpu_profile:
         engines.append(EngineSpec("cpu0", "cpu", load_profile(spec.cpu_profile)))
     trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens, r.prefix) for r in requests]
-    result = run(trace, engines, get_policy(spec.policy), limits(spec.ttft_target, spec.tpot_target, spec.handoff),
-                 RunOptions(handoff=spec.handoff, queue_order=queue_order(spec.policy)))
+    result = run(trace, engines, spec.policy, limits(spec.ttft_target, spec.tpot_target, spec.handoff),
+                 RunOptions(handoff=spec.handoff))
     outcomes = [
         Outcome(arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, ttft=r.ttft,
                 e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route,

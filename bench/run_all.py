@@ -17,7 +17,7 @@ from rich.table import Table
 
 HERE = Path(__file__).resolve().parent
 #: Order matters only for reading the output: cheap ones first.
-ORDER = ["sim_calibration", "policies", "overhead", "console", "accuracy", "soak"]
+ORDER = ["kick", "sim_calibration", "policies", "overhead", "console", "accuracy", "soak"]
 
 
 def scripts() -> list[Path]:

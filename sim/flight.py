@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from sim.report import RequestResult
 from sim.traces import TraceRequest
 from syshaxd.config import Handoff, ModelParams, Monitor
+from syshaxd.core import Ticket
 from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
 from syshaxd.policy.queueing import QueueOrder
-from syshaxd.routing import Decision, RequestFeatures
+from syshaxd.routing import Decision, Limits, RequestFeatures
 
-__all__ = ["Flight", "RunOptions"]
+__all__ = ["Change", "Flight", "RunOptions"]
 
 
 @dataclass(frozen=True)
@@ -30,13 +31,21 @@ class RunOptions:
     max_queue: int = 100  # system.max_queue_size
     timeout: float = 600.0  # system.request_timeout
     handoff: Handoff | None = None  # None: limits.handoff
-    cpu_segments: bool = True  # honour a CPU token_limit on whole-CPU requests too
-    queue_order: QueueOrder = "fifo"  # syshaxd.policy.queueing: "deadline" for adaptive
+    #: The waiting line's order whatever the policy (None: the policy's own, as in the daemon).
+    queue_order: QueueOrder | None = None
     # monitor.startup_check: each engine's test generation before traffic, as the config's defaults
     startup_check: bool = Monitor.model_fields["startup_check"].default
     test_prompt_tokens: int = 2  # models.params.test_prompt ("Hello": one token and BOS)
     test_tokens: int = ModelParams.model_fields["test_tokens"].default
     startup_lead: float = 30.0  # seconds the daemon runs before the first request arrives
+
+
+@dataclass(frozen=True)
+class Change:
+    """The operator changes the limits at ``at`` (``syshax set``, the console), during a run."""
+
+    at: float
+    limits: Limits
 
 
 @dataclass(eq=False)
@@ -46,15 +55,15 @@ class Flight:
     index: int
     req: TraceRequest
     features: RequestFeatures
-    deadline: float
+    ticket: Ticket
     decision: Decision | None = None
+    placement: tuple[str, ...] = ()  # the engines the core placed it on
+    held: bool = False  # whether it waited in line
     first_token: float | None = None
     finished: float | None = None
     visible: int = 0
     tokens: Counter[str] = field(default_factory=Counter)  # by device
     devices: set[str] = field(default_factory=set)
-    holds: set[str] = field(default_factory=set)
-    unstarted: set[str] = field(default_factory=set)
     rid: str | None = None
     engine: str | None = None
     segment: int = 0
@@ -79,4 +88,6 @@ class Flight:
             ttft=None if self.first_token is None else self.first_token - arrival, tpot=tpot,
             e2e=None if self.finished is None else self.finished - arrival, route=route,
             gpu_tokens=self.tokens["gpu"], cpu_tokens=self.tokens["cpu"], reasks=self.reasks, outcome=self.outcome,
+            engines="+".join(self.placement), mode=self.decision.mode.value if self.decision is not None else "",
+            held=self.held,
         )

@@ -51,7 +51,7 @@ def replay(args: argparse.Namespace) -> int:
     if args.limit < 1:
         raise UsageError(f"--limit must be at least 1, got {args.limit}")
     try:
-        policy = get_policy(args.policy)
+        get_policy(args.policy)  # a clear error for an unknown name before anything runs
     except KeyError as exc:
         raise UsageError(str(exc.args[0])) from None
     try:
@@ -65,7 +65,7 @@ def replay(args: argparse.Namespace) -> int:
     with Progress(TextColumn("replaying"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("replay", total=len(work))
-        result = run(work, engines, policy, limits, progress=lambda done, total: bar.update(task, completed=done))
+        result = run(work, engines, args.policy, limits, progress=lambda done, total: bar.update(task, completed=done))
     title = f"{args.trace} x{len(work)}, policy {args.policy}, handoff {args.handoff}"
     console.print(summary_table(result.summary, title))
     console.print("decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(result.decisions.items())))

@@ -26,6 +26,9 @@ class RequestResult:
     cpu_tokens: int
     reasks: int
     outcome: str  # ok, rejected, timeout, error
+    engines: str = ""  # the engines it was placed on ("gpu0", "gpu0+cpu0" for a split)
+    mode: str = ""  # whole, pd_split ("" when never placed)
+    held: bool = False  # whether it waited in the conductor's line
 
 
 @dataclass(frozen=True)

@@ -8,13 +8,37 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from syshaxd.snapshot import Device, Snapshot
 
 #: How a pd_split hands a request from the GPU to the CPU (``services.*.handoff``).
 Handoff = Literal["syshax", "kv-transfer", "llamacpp-slots", "recompute"]
+
+
+@dataclass(frozen=True)
+class ServiceLevel:
+    """A request's service class, as the core and the policies see it.
+
+    Targets are seconds; None takes the decider's (``ttft_target``, ``tpot_target``). A class
+    with a ``deadline`` and no TPOT target asks only that the whole answer be done in time.
+    ``priority`` is vLLM's convention: lower first.
+    """
+
+    name: str = "interactive"
+    ttft: float | None = None  # to the first token
+    tpot: float | None = None  # per output token after the first
+    deadline: float | None = None  # for the whole answer (instead of a TPOT target)
+    priority: int = 0
+    sheddable: bool = False  # refused first when the box is saturated
+    #: What happens to a waiting request that can no longer meet its TTFT target:
+    #: ``serve`` (late, when there is room) or ``refuse`` (at once, with a reason).
+    late: Literal["serve", "refuse"] = "serve"
+
+
+#: The class of a request that names none and matches no rule, when no table is configured.
+DEFAULT_LEVEL = ServiceLevel()
 
 
 class Mode(str, enum.Enum):
@@ -38,6 +62,8 @@ class RequestFeatures:
     #: Seconds the request has waited for a route so far (the conductor's queue); a request
     #: that waited past the TTFT target can no longer meet it anywhere.
     waited: float = 0.0
+    #: Its service class (targets, priority, whether it may be shed).
+    level: ServiceLevel = DEFAULT_LEVEL
 
 
 @dataclass(frozen=True)
@@ -79,3 +105,20 @@ class Decision:
 
 
 Policy = Callable[[Snapshot, RequestFeatures, Limits], Decision]
+
+
+def limits_for(limits: Limits, request: RequestFeatures) -> Limits:
+    """The limits a policy applies to one request: the decider's, with its class's targets.
+
+    A class with a whole-answer deadline and no TPOT target gets the TPOT that spreads what
+    the deadline leaves after the first token over the answer's tokens.
+    """
+    level = request.level
+    if level is DEFAULT_LEVEL or (level.ttft is None and level.tpot is None and level.deadline is None):
+        return limits
+    ttft = level.ttft if level.ttft is not None else limits.ttft_target
+    tpot = level.tpot
+    if tpot is None:
+        tpot = ((level.deadline - ttft) / max(1, request.max_tokens - 1) if level.deadline is not None
+                else limits.tpot_target)
+    return replace(limits, ttft_target=ttft, tpot_target=max(tpot, 1e-6))

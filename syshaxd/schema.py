@@ -58,6 +58,9 @@ class DecisionModel(_Wire):
     max_tokens: int | None = None
     est_ttft: float | None = None
     est_e2e: float | None = None
+    #: Why it waited in line before this decision (the policy's reason when it held it, or the
+    #: line ahead of it); None when it was placed on arrival.
+    held: str | None = None
     # Filled in when the request ends (decision events are sent at routing time):
     outcome: str | None = None
     ttft: float | None = None

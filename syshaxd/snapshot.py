@@ -114,6 +114,9 @@ class EngineView:
     scheduled_prompt_tokens: int = 0  # prompt tokens of the scheduled requests (prefill to come)
     #: Each answer the engine has started: (seconds since its first token, its max_tokens).
     answers: tuple[tuple[float, int], ...] = ()
+    #: The tightest TPOT target (seconds) the requests placed here and not finished were placed
+    #: under (each its class's, or the decider's); None when none is placed here.
+    tightest_tpot: float | None = None
 
     @property
     def usable(self) -> bool:

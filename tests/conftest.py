@@ -18,6 +18,7 @@ _PLUGINS = [
     "tests.plugins.llama_targets",
     "tests.plugins.stack",
     "tests.plugins.fake_vllm",
+    "tests.plugins.otlp",
 ]
 
 # A plugin module appears when its area lands; list only those present.

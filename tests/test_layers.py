@@ -1,11 +1,12 @@
 """One house, one direction: every import in the daemon runs to the left of the layer rule.
 
-    vocabulary <- config <- engines <- monitor, policy <- conductor <- api, control <- service <- cli
+    vocabulary <- config <- engines <- monitor, policy <- core <- conductor <- api, control <- service <- cli
 
 (docs/architecture.md). A package imports only packages to its left, and another package only
 through its face (its ``__init__``); the daemon never imports the simulator, the demo or the
 console; the console takes only the shared wire vocabulary from the daemon; ``policy/`` does
-no I/O. Two checks: every ``import`` statement in the source, function-local ones included
+no I/O; the scheduling core (``core/``) does no I/O, reads no clock and knows no engine
+client: it imports no asyncio, socket, time or httpx, and nothing of engines/ or monitor/. Two checks: every ``import`` statement in the source, function-local ones included
 (a circle hidden inside a function is still a circle), and each layer imported alone in a
 fresh interpreter. There are no import circles anywhere.
 """
@@ -32,11 +33,14 @@ RANKS: dict[str, int] = {
     "config": 1,
     "engines": 2,
     "monitor": 3, "policy": 3,
-    "conductor": 4,
-    "api": 5, "control": 5,
-    "service": 6,
-    "cli": 7, "__main__": 7,
+    "core": 4,
+    "conductor": 5,
+    "api": 6, "control": 6,
+    "service": 7,
+    "cli": 8, "__main__": 8,
 }
+#: Layers to its left a layer still may not import (the core drives no engine and reads no scrape).
+NOT_FROM: dict[str, set[str]] = {"core": {"config", "engines", "monitor"}}
 #: What the console may take from the daemon (no config model, no server stack).
 CONSOLE_MAY_USE = {"syshaxd", "syshaxd.schema", "syshaxd.sse", "syshaxd.locate"}
 #: Third-party and standard modules that mean I/O: policies are pure functions.
@@ -45,6 +49,7 @@ IO_MODULES = {"httpx", "httpcore", "asyncio", "socket", "fastapi", "starlette", 
 #: Per layer, third-party packages its own modules must not import.
 FORBIDDEN_THIRD_PARTY: dict[str, set[str]] = {
     "policy": IO_MODULES,
+    "core": IO_MODULES | {"time"},
     **{name: {"httpx", "fastapi", "starlette", "uvicorn", "textual", "psutil", "ruamel", "prometheus_client"}
        for name in VOCABULARY},
 }
@@ -52,6 +57,7 @@ _SERVER_STACK = {"fastapi", "starlette", "uvicorn", "textual"}
 #: Per layer, what must not be loaded at all, even by what it imports.
 NOT_LOADED: dict[str, set[str]] = {
     "config": _SERVER_STACK | {"httpx"}, "policy": _SERVER_STACK | {"httpx", "psutil"},
+    "core": _SERVER_STACK | {"httpx", "psutil", "asyncio", "socket", "pydantic", "yaml"},
     "engines": _SERVER_STACK, "monitor": _SERVER_STACK, "conductor": _SERVER_STACK,
 }
 
@@ -135,6 +141,8 @@ def violations(found: list[Import], known: dict[str, Path]) -> list[str]:
             continue
         if src_layer in VOCABULARY and dst_layer in VOCABULARY:
             continue  # the vocabulary's words may use each other (circles are checked on their own)
+        if dst_layer in NOT_FROM.get(src_layer, ()):
+            bad.append(f"{imp}: {src_layer} must not import {dst_layer}")
         if RANKS[dst_layer] >= RANKS[src_layer]:
             bad.append(f"{imp}: {src_layer} (rank {RANKS[src_layer]}) may import only layers to its left, "
                        f"not {dst_layer} (rank {RANKS[dst_layer]})")
@@ -196,6 +204,10 @@ def test_there_are_no_import_circles() -> None:
 
 @pytest.mark.parametrize(("bad_import", "into", "says"), [
     ("import httpx\n", "syshaxd/policy/planted.py", "policy must not use httpx"),
+    ("import time\n", "syshaxd/core/planted.py", "core must not use time"),
+    ("import asyncio\n", "syshaxd/core/planted.py", "core must not use asyncio"),
+    ("from syshaxd.engines import EngineClient\n", "syshaxd/core/planted.py", "core must not import engines"),
+    ("from syshaxd.conductor import Conductor\n", "syshaxd/core/planted.py", "may import only layers to its left"),
     ("from syshaxd.conductor import Conductor\n", "syshaxd/engines/planted.py", "may import only layers to its left"),
     ("def f():\n    from syshaxd.service import daemon\n", "syshaxd/api/planted.py", "inside a function"),
     ("from syshaxd.conductor.flight import Flight\n", "syshaxd/api/planted.py", "through its face"),
@@ -235,7 +247,8 @@ def _left_of(name: str) -> tuple[str, ...]:
     return tuple(f"syshaxd.{other}" for other, rank in RANKS.items() if rank < RANKS[name] or other == name)
 
 
-@pytest.mark.parametrize("name", ["config", "engines", "monitor", "policy", "conductor", "api", "control", "service"])
+@pytest.mark.parametrize("name", ["config", "engines", "monitor", "policy", "core", "conductor", "api", "control",
+                                  "service"])
 def test_each_layer_imported_alone_loads_only_layers_to_its_left(name: str) -> None:
     code = ALONE.format(module=f"syshaxd.{name}", ours=("syshaxd", "sim", "demo", "console"),
                         allowed=("syshaxd",), prefixes=_left_of(name),

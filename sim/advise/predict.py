@@ -19,7 +19,6 @@ from sim.profile import Profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
 from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
-from syshaxd.policy import get_policy, queue_order
 from syshaxd.routing import Limits
 from syshaxd.snapshot import Device
 
@@ -66,11 +65,10 @@ def _virtual_limits(limits: Limits, speed: float) -> Limits:
                    token_limit_multiplier=limits.token_limit_multiplier * speed)
 
 
-def _options(daemon: Daemon, speed: float, policy: str, limits: Limits) -> RunOptions:
+def _options(daemon: Daemon, speed: float, limits: Limits) -> RunOptions:
     return RunOptions(scrape_interval=daemon.scrape_interval * speed, rate_window=RATE_WINDOW * speed,
                       latency_window=LATENCY_WINDOW * speed,
-                      max_queue=daemon.max_queue, timeout=daemon.timeout * speed, handoff=limits.handoff,
-                      queue_order=queue_order(policy))
+                      max_queue=daemon.max_queue, timeout=daemon.timeout * speed, handoff=limits.handoff)
 
 
 def predict(window: Window, setting: Setting, base: Limits, box: Box, daemon: Daemon,
@@ -84,8 +82,8 @@ def predict(window: Window, setting: Setting, base: Limits, box: Box, daemon: Da
     s = box.speed
     limits = setting.limits(base)
     trace: Sequence[TraceRequest] = [replace(r, arrival=r.arrival * s) for r in window.trace]
-    result = run(trace, box.specs(), get_policy(setting.policy), _virtual_limits(limits, s),
-                 _options(daemon, s, setting.policy, limits), progress)
+    result = run(trace, box.specs(), setting.policy, _virtual_limits(limits, s),
+                 _options(daemon, s, limits), progress)
 
     def wall(value: float | None) -> float | None:
         return None if value is None else value / s

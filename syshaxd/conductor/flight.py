@@ -1,17 +1,19 @@
 """One request's life inside the conductor: its deadline, the engines it holds, how it ended.
 
-A flight is bound to the conductor's books when it is made (:meth:`Conductor.new_flight`).
-Dispatch and every handoff talk to the flight -- ``first_byte``, ``release(engine)``,
-``reask``, ``resubmit``, ``finish(outcome)`` -- and never to the conductor: the flight
-changes the counts, undoes exactly what it did, and writes the request's record once.
+A flight is made by the conductor (:meth:`Conductor.new_flight`) around the scheduling
+core's ticket. Dispatch and every handoff talk to the flight -- ``first_byte``,
+``release(engine)``, ``reask``, ``resubmit``, ``finish(outcome)`` -- and never to the
+conductor: the flight tells the core, which undoes exactly what it did, and writes the
+request's record once.
 
-:class:`Flight` is what dispatch may do with one; :class:`BookedFlight` keeps the books in
-this process, :class:`~syshaxd.conductor.remote.RemoteFlight` in a worker process tells the
-daemon's books over the ledger (``services.conductor.workers``).
+:class:`Flight` is what dispatch may do with one; :class:`BookedFlight` is kept by this
+process's core, :class:`~syshaxd.conductor.remote.RemoteFlight` in a worker process tells the
+daemon's core over the ledger (``services.conductor.workers``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -19,25 +21,24 @@ from typing import Protocol
 
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.records import Record
+from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
+from syshaxd.routing import Decision, Mode, RequestFeatures
 from syshaxd.schema import DecisionModel
-from syshaxd.snapshot import Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
 access_log = logging.getLogger("syshaxd.access")
 
 
-class Router(Protocol):
-    """What a flight may ask of the conductor's routing while it runs."""
+class Host(Protocol):
+    """What a flight needs of the conductor that made it."""
 
-    def reask(self, features: RequestFeatures) -> Decision:
-        """The policy's decision for a request already under way."""
-        ...
+    core: Scheduler
+    books: Books
 
-    def other_engine(self, failed: EngineClient) -> EngineClient | None:
-        """A usable engine on the other device than ``failed``'s, if any."""
+    def engine(self, name: str) -> EngineClient:
+        """The engine client of a name."""
         ...
 
 
@@ -46,7 +47,11 @@ class Flight(Protocol):
 
     request_id: str
     parsed: ParsedRequest
-    features: RequestFeatures
+
+    @property
+    def features(self) -> RequestFeatures:
+        """What the policy knows of the request."""
+        ...
 
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
@@ -83,90 +88,65 @@ class Flight(Protocol):
 
 @dataclass(eq=False)
 class BookedFlight:
-    """A request being served against this process's books: what it holds is always released
-    exactly once."""
+    """A request being served against this process's core: what it holds is always released
+    exactly once, and its record written once."""
 
     request_id: str
     parsed: ParsedRequest
-    features: RequestFeatures
-    deadline: float  # time.monotonic()
-    books: Books
-    router: Router
-    t0: float = field(default_factory=time.monotonic)
+    ticket: Ticket
+    host: Host
     decision: DecisionModel | None = None
     ttft: float | None = None
-    expired: bool = False
-    resubmitted: bool = False
     finished: bool = False
-    seen: Snapshot | None = None  # what the policy saw when it routed the request
-    limits: Limits | None = None  # ... and the limits it applied
-    decided: float | None = None  # time.monotonic() of that decision
-    _holds: set[str] = field(default_factory=set)  # engine names counted in inflight
-    _unstarted: set[str] = field(default_factory=set)  # ... and still counted in scheduled
+    #: Set while it waits in line: the core's outcome arrives here.
+    waiter: asyncio.Future[Outcome] | None = field(default=None, repr=False)
+
+    @property
+    def features(self) -> RequestFeatures:
+        """What the policy knows of the request."""
+        return self.ticket.features
 
     @property
     def forced_mode(self) -> Mode | None:
         """The mode the route asked for (``/v1/chat/pd_disagg``), if any."""
-        return self.features.forced_mode
+        return self.ticket.features.forced_mode
+
+    @property
+    def t0(self) -> float:
+        """When the request arrived (time.monotonic())."""
+        return self.ticket.arrived
 
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
-        return max(0.0, self.deadline - time.monotonic())
+        return max(0.0, self.ticket.deadline - time.monotonic())
 
-    # -- the engines it holds ----------------------------------------------------------
-
-    def reserve(self, engine: EngineClient) -> None:
-        """Count this request against an engine until released."""
-        if engine.name in self._holds:
-            return
-        book = self.books.engines[engine.name]
-        self._holds.add(engine.name)
-        self._unstarted.add(engine.name)
-        book.inflight += 1
-        book.scheduled += 1
-        book.decode_tokens += self.features.max_tokens
-        book.prompt_tokens += self.features.prompt_tokens
+    # -- what its engines do -----------------------------------------------------------
 
     def first_byte(self, engine: EngineClient) -> None:
         """The engine started answering: it is no longer merely scheduled."""
-        book = self.books.engines[engine.name]
-        book.answered_at = time.monotonic()
-        if engine.name in self._unstarted:
-            self._unstarted.discard(engine.name)
-            book.scheduled -= 1
-            book.prompt_tokens -= self.features.prompt_tokens
-            book.answers[self] = (book.answered_at, self.features.max_tokens)
+        now = time.monotonic()
+        self.host.books.answered[engine.name] = now
+        self.host.core.first_byte(self.ticket, engine.name, now)
         if self.ttft is None:
-            self.ttft = time.monotonic() - self.t0
+            self.ttft = now - self.ticket.arrived
 
     def answering(self, engine: EngineClient) -> None:
         """The engine sent more of the answer (it is alive, whatever its scrapes say)."""
-        self.books.engines[engine.name].answered_at = time.monotonic()
+        self.host.books.answered[engine.name] = time.monotonic()
 
     def release(self, engine: EngineClient) -> None:
         """This engine's part is over: stop counting against it and let a waiting request in."""
-        if self._release(engine.name):
-            self.books.on_release()
+        self.host.core.release(self.ticket, engine.name, time.monotonic())
 
-    def _release(self, name: str) -> bool:
-        book = self.books.engines[name]
-        if name in self._unstarted:
-            self._unstarted.discard(name)
-            book.scheduled -= 1
-            book.prompt_tokens -= self.features.prompt_tokens
-        if name in self._holds:
-            self._holds.discard(name)
-            book.inflight -= 1
-            book.decode_tokens -= self.features.max_tokens
-            book.answers.pop(self, None)
-            return True
-        return False
-
-    # -- asking the conductor's routing ------------------------------------------------
+    # -- asking the core ---------------------------------------------------------------
 
     async def reask(self, features: RequestFeatures) -> Decision:
-        """Ask the policy again mid-request (the CPU stopped at its token limit)."""
-        return self.router.reask(features)
+        """See :meth:`reask_now`."""
+        return self.reask_now(features)
+
+    def reask_now(self, features: RequestFeatures) -> Decision:
+        """The policy's decision for the request now, mid-way (the CPU stopped at its token limit)."""
+        return self.host.core.reask(features, time.monotonic())
 
     async def resubmit(self, failed: EngineClient) -> EngineClient | None:
         """See :meth:`take_other`."""
@@ -175,14 +155,11 @@ class BookedFlight:
     def take_other(self, failed: EngineClient) -> EngineClient | None:
         """Once per request: an engine on the other device, reserved, for an engine that failed
         before the client saw a byte; None when already resubmitted or none is usable."""
-        if self.resubmitted:
+        name = self.host.core.take_other(self.ticket, failed.name, time.monotonic())
+        if name is None:
             return None
-        other = self.router.other_engine(failed)
-        if other is None:
-            return None
-        self.resubmitted = True
-        self.reserve(other)
-        self.books.stats.record_resubmit()
+        other = self.host.engine(name)
+        self.host.books.stats.record_resubmit()
         self.rerouted(other, f"resubmitted: {failed.name} failed")
         return other
 
@@ -200,27 +177,24 @@ class BookedFlight:
         if self.finished:
             return
         self.finished = True
-        released = False
-        for name in list(self._holds):
-            released = self._release(name) or released
-        e2e = time.monotonic() - self.t0
-        stats = self.books.stats
+        books = self.host.books
+        now = time.monotonic()
+        e2e = now - self.ticket.arrived
         if self.decision is not None:
-            self.decision = stats.record_finish(self.decision, outcome, self.ttft, e2e)
-        else:  # never routed: rejected, or timed out in the queue
-            stats.record_unrouted(outcome)
+            self.decision = books.stats.record_finish(self.decision, outcome, self.ttft, e2e)
+        else:  # never placed: refused, or timed out in line
+            books.stats.record_unrouted(outcome)
         self._log(outcome, e2e, tokens)
         self._keep(outcome, e2e, tokens)
-        self.books.closed(self)
-        if released:
-            self.books.on_release()
+        books.closed(self)
+        self.host.core.finish(self.ticket, now)
 
     def _keep(self, outcome: str, e2e: float, tokens: int | None) -> None:
-        parsed = self.parsed
-        self.books.records.add(Record(
-            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, self.features.prompt_tokens,
-            self.features.max_tokens, tokens, outcome, self.decision, self.seen, self.limits,
-            self.decided - self.t0 if self.decided is not None else None, self.ttft, e2e))
+        parsed, ticket = self.parsed, self.ticket
+        self.host.books.records.add(Record(
+            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, ticket.features.prompt_tokens,
+            ticket.features.max_tokens, tokens, outcome, self.decision, ticket.seen, ticket.limits,
+            ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e))
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

@@ -92,7 +92,7 @@ class LedgerSession(Wire):
             flight.rerouted(self._engines[message["e"]], message["why"])
         elif op == "reask":
             features = dataclasses.replace(flight.features, generated_tokens=message["generated"])
-            self.send({"op": "answer", "q": message["q"], "value": decision_message(flight.router.reask(features))})
+            self.send({"op": "answer", "q": message["q"], "value": decision_message(flight.reask_now(features))})
         elif op == "resubmit":
             other = flight.take_other(self._engines[message["e"]])
             self.send({"op": "answer", "q": message["q"], "value": other.name if other is not None else None})
@@ -107,10 +107,8 @@ class LedgerSession(Wire):
                                max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
                                has_num_decode_tokens=m["num_decode"])
         forced = Mode(m["forced"]) if m.get("forced") else None
-        flight = self.conductor.new_flight(parsed, forced, m["id"], process=self.worker)
-        age = max(0.0, float(m.get("age") or 0.0))  # time the request spent in the worker before this
-        flight.t0 -= age
-        flight.deadline -= age
+        age = float(m.get("age") or 0.0)  # time the request spent in the worker before this
+        flight = self.conductor.new_flight(parsed, forced, m["id"], process=self.worker, age=age)
         self.flights[fid] = flight
         try:
             route = self.conductor.try_admit(flight)

@@ -2,8 +2,8 @@
 
 The types they take and give are the routing vocabulary (:mod:`syshaxd.routing`).
 ``get_policy(name)`` builds the policy for a config name (``syshaxd.config.PolicyName``).
-``pick_engine`` and ``cpu_token_limit`` are shared with the conductor, and so is the
-admission queue's order (``queue_order``, ``next_index``, ``evict_index``).
+``pick_engine``, ``engine_load`` and ``cpu_token_limit`` are shared with the scheduling
+core, and so is each policy's queue order (``queue_order``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from __future__ import annotations
 from syshaxd.policy.adaptive import adaptive
 from syshaxd.policy.baselines import RoundRobin, cpu_only, gpu_only
 from syshaxd.policy.classic import classic
-from syshaxd.policy.common import cpu_token_limit, pick_engine
-from syshaxd.policy.queueing import QueueOrder, evict_index, next_index, queue_order
+from syshaxd.policy.common import cpu_token_limit, engine_load, pick_engine
+from syshaxd.policy.queueing import QueueOrder, queue_order
 from syshaxd.routing import Policy
 
 POLICY_NAMES: tuple[str, ...] = ("classic", "adaptive", "gpu-only", "cpu-only", "round-robin")
@@ -34,6 +34,6 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = [
-    "POLICY_NAMES", "QueueOrder", "RoundRobin", "adaptive", "classic", "cpu_only", "cpu_token_limit", "evict_index",
-    "get_policy", "gpu_only", "next_index", "pick_engine", "queue_order",
+    "POLICY_NAMES", "QueueOrder", "RoundRobin", "adaptive", "classic", "cpu_only", "cpu_token_limit", "engine_load",
+    "get_policy", "gpu_only", "pick_engine", "queue_order",
 ]  # fmt: skip

@@ -170,6 +170,9 @@ def estimate_options(
         why["cpu"] = f"cpu at batch limit {limits.cpu_max_batch_size}"
     elif cpu.waiting > 0:
         why["cpu"] = f"cpu has {cpu.waiting} waiting"
+    elif cpu.tightest_tpot is not None and c_tpot > cpu.tightest_tpot and cm.live:
+        why["cpu"] = (f"one more would slow the cpu's answers to {c_tpot * 1000:.0f}ms per token, past the "
+                      f"{cpu.tightest_tpot * 1000:.0f}ms one of them is due")
     if "cpu" in why:
         why.setdefault("pd_split", why["cpu"])
         return Options(est, why, gpu_name, cpu.name, gpu=side, cpu_measured=cm.live)
@@ -256,6 +259,11 @@ def decide(
         return _held(opts, side, limits, side.hold)
     feasible = [o for o in (est.get("cpu"), est.get("pd_split")) if o is not None and o.meets(limits)]
     best = min(feasible, key=lambda o: (o.cost(limits), o.name != "cpu"), default=None)
+    if best is not None and request.level.priority > 0 and best.cost(limits) <= 1.0 - tuning.margin:
+        # Work that can wait goes where it meets its own targets at the least cost to the rest:
+        # the GPU's room is kept for the classes only it serves in time.
+        return _decision(best, opts.cpu_engine, f"{best.name}: est {best.summary()}; class {request.level.name!r} "
+                         f"meets its targets off the gpu")
     if side is not None:
         gpu = side.option
         # The GPU is the better device for anything it serves within the targets; a request

@@ -118,9 +118,16 @@ def gpu_hold(
     tpot = projected_tpot(gpu, model, prompt, tuning)
     if not decode:
         tpot -= model.tpot(busy(gpu) + 1) - model.tpot(max(1, busy(gpu)))
-    if tpot > limits.tpot_target * tuning.tpot_guard:
+    if tpot > batch_tpot_target(gpu, limits) * tuning.tpot_guard:
         return f"running batch would decode at {tpot * 1000:.0f}ms per token"
     return None
+
+
+def batch_tpot_target(engine: EngineView, limits: Limits) -> float:
+    """The TPOT the engine's running batch must keep: the tightest among its requests' targets
+    and the newcomer's (``limits`` are the request's own)."""
+    tightest = engine.tightest_tpot
+    return limits.tpot_target if tightest is None else min(tightest, limits.tpot_target)
 
 
 def gpu_slack(
@@ -142,6 +149,6 @@ def gpu_slack(
         if tokens > capacity * min(tuning.kv_pressure, tuning.kv_guard):
             return f"a whole answer would need {tokens:.0f} of {capacity} KV tokens"
     tpot = projected_tpot(gpu, model, prompt, tuning)
-    if tpot > limits.tpot_target / 2:
+    if tpot > batch_tpot_target(gpu, limits) / 2:
         return f"the batch would decode at {tpot * 1000:.0f}ms per token"
     return None

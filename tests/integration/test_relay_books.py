@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import socket
 import threading
 from collections.abc import Callable
@@ -11,8 +10,6 @@ import httpx
 import openai
 import pytest
 
-from syshaxd.conductor.admission import AdmissionQueue
-from syshaxd.errors import ApiError
 from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
@@ -43,38 +40,6 @@ def test_a_non_streamed_request_whose_client_leaves_releases_its_engine(
     assert stack.metric("syshax_requests_total", outcome="ok") == (1 if warm else 0)
 
 
-async def test_waiting_requests_are_let_in_first_come_first_served() -> None:
-    # Two (and more) requests wait; capacity appears one slot at a time: they leave in the order
-    # they came, never the last first.
-    capacity = [0]
-    queue: AdmissionQueue[str] = AdmissionQueue(max_size=10)
-    order: list[str] = []
-
-    def router(name: str) -> Callable[[], str | None]:
-        def route() -> str | None:
-            if capacity[0] <= 0:
-                return None
-            capacity[0] -= 1
-            return name
-
-        return route
-
-    async def request(name: str) -> None:
-        order.append(await queue.admit(router(name)))
-
-    waiting = []
-    for name in ("first", "second", "third", "fourth"):
-        waiting.append(asyncio.create_task(request(name)))
-        await asyncio.sleep(0)  # each is queued before the next arrives
-    assert len(queue) == 4
-    for _ in range(4):
-        capacity[0] += 1
-        queue.kick()
-        await asyncio.sleep(0)
-    await asyncio.gather(*waiting)
-    assert order == ["first", "second", "third", "fourth"]
-
-
 def test_requests_waiting_at_the_conductor_are_answered_in_arrival_order(make_stack: Callable[..., Stack]) -> None:
     # The same through a real daemon: one GPU slot, requests queued behind it one by one.
     stack = make_stack(policy="classic", speed=1.0,
@@ -99,17 +64,6 @@ def test_requests_waiting_at_the_conductor_are_answered_in_arrival_order(make_st
     for thread in threads:
         thread.join(60)
     assert finished == [0, 1, 2, 3]
-
-
-def test_a_full_queue_is_a_429_with_retry_after() -> None:
-    queue: AdmissionQueue[str] = AdmissionQueue(max_size=0)
-
-    async def go() -> None:
-        await queue.admit(lambda: None)
-
-    with pytest.raises(ApiError) as refused:
-        asyncio.run(go())
-    assert refused.value.status == 429 and refused.value.headers["Retry-After"] == "1"
 
 
 def test_a_stream_that_ends_without_done_is_truncated_not_ok(make_stack: Callable[..., Stack]) -> None:

@@ -76,18 +76,24 @@ def test_pd_split_prefills_on_the_gpu_and_decodes_on_the_cpu(handoff: str, gpu_t
     assert split.summary.ttft["mean"] < whole_cpu.summary.ttft["mean"] / 5
 
 
-def test_cpu_token_limit_asks_the_policy_again() -> None:
+def test_the_syshax_handoff_stops_the_cpu_at_its_token_limit_and_asks_again_and_a_whole_request_runs_on() -> None:
     generated: list[int] = []
 
-    def cpu_in_tens(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
-        generated.append(req.generated_tokens)
-        return Decision("cpu", Mode.WHOLE, 10, "segments of ten")
+    def cpu_in_tens(mode: Mode):  # type: ignore[no-untyped-def]
+        def policy(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+            generated.append(req.generated_tokens)
+            return Decision("cpu", mode, 10, "segments of ten")
+        return policy
 
-    result = run([TraceRequest(0.0, 50, 35)], [GPU, CPU], cpu_in_tens)
-    record = result.requests[0]
-    assert record.outcome == "ok" and record.output_tokens == 35 and record.cpu_tokens == 35
+    split = run([TraceRequest(0.0, 50, 35)], [GPU, CPU], cpu_in_tens(Mode.PD_SPLIT), Limits(handoff="syshax"))
+    record = split.requests[0]
+    assert record.outcome == "ok" and record.output_tokens == 35 and record.cpu_tokens == 33
     assert record.reasks == 3
-    assert generated == [0, 10, 20, 30]
+    assert generated == [0, 12, 22, 32]  # the GPU wrote two, then segments of ten
+    generated.clear()
+    whole = run([TraceRequest(0.0, 50, 35)], [GPU, CPU], cpu_in_tens(Mode.WHOLE), Limits(handoff="syshax"))
+    assert whole.requests[0].cpu_tokens == 35 and whole.requests[0].reasks == 0  # as the daemon: whole is whole
+    assert generated == [0]
 
 
 def test_full_queue_rejects_and_timeout_ends_requests() -> None:

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from syshaxd.policy import adaptive
 from syshaxd.policy.estimates import GPU_DEFAULTS, device_model
 from syshaxd.policy.holding import gpu_hold, projected_tpot
-from syshaxd.policy.queueing import evict_index, next_index, queue_order
+from syshaxd.policy.queueing import queue_order
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView
 from tests.unit.policy_helpers import engine, snap, with_capacity
@@ -172,14 +170,5 @@ def test_a_measured_cpu_prefill_speed_replaces_the_default_a_gpus_only_raises_it
     assert (moved.device, moved.mode) == ("cpu", Mode.WHOLE), moved.reason
 
 
-@pytest.mark.parametrize(("order", "expected"), [("fifo", 0), ("deadline", 2)])
-def test_the_deadline_order_offers_capacity_to_the_oldest_request_still_on_time(order: str, expected: int) -> None:
-    arrivals = [0.0, 1.0, 7.0, 8.0]  # at t=10 with a 5 s target: the first two are late
-    assert next_index(arrivals, 10.0, 5.0, order) == expected  # type: ignore[arg-type]
-
-
-def test_a_full_deadline_queue_refuses_its_oldest_late_request_fifo_the_new_one() -> None:
-    assert evict_index([0.0, 9.0], 10.0, 5.0, "deadline") == 0
-    assert evict_index([6.0, 9.0], 10.0, 5.0, "deadline") is None
-    assert evict_index([0.0, 9.0], 10.0, 5.0, "fifo") is None
+def test_adaptive_orders_its_line_by_deadline_and_the_others_first_come_first_served() -> None:
     assert (queue_order("adaptive"), queue_order("classic"), queue_order("gpu-only")) == ("deadline", "fifo", "fifo")
