@@ -22,8 +22,7 @@ def _gain(a: float, b: float) -> float:
 def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> str:
     runs = block["runs"]
     cap, top = block["capacity"], max(factors)
-    capacity = (f"GPU-only capacity {cap:.3g} req/s" if block.get("capacity_met", True) else
-                f"no rate meets the targets for gpu-only (the sweep is based on the lowest rate tried, {cap:.3g} req/s)")
+    capacity = f"GPU-only capacity {cap:.3g} req/s" if block.get("capacity_met", True) else _no_capacity(block)
     parts = [
         f"**{name}**: {capacity}; the CPU alone reaches {block['cpu_alone_goodput']:.2g} req/s "
         f"of goodput at best, so the ceiling is {block['ceiling']:.3g} req/s "
@@ -50,6 +49,16 @@ def _scenario_line(name: str, block: dict[str, Any], factors: list[float]) -> st
         parts.append(f"At {over:g}x, GPU preemptions: {', '.join(pre)}; requests that never finished "
                      f"(of {runs[0]['requests']}): {', '.join(lost)}.")
     return " ".join(parts)
+
+
+def _no_capacity(block: dict[str, Any]) -> str:
+    """What the capacity search found when no rate met the targets for 90% of the requests under gpu-only."""
+    floor, goal = block.get("attainment_floor"), block.get("capacity_goal")
+    if floor is None or goal is None:
+        return f"no rate meets the targets for gpu-only (the sweep is based on the lowest rate tried, {block['capacity']:.3g} req/s)"
+    return (f"no rate meets the targets for 90% of the requests under gpu-only: even at the lowest rates it meets them "
+            f"for {floor:.0%} (what is left is not the load's); the sweep is based on {block['capacity']:.3g} req/s, "
+            f"the highest rate at which it still meets them for {goal:.0%}")
 
 
 def _tps(runs: list[Run], like: Run) -> float:
@@ -130,7 +139,7 @@ def cpu_gain_table(report: dict[str, Any]) -> str:
     """Markdown: what the CPU adds per workload and scenario: the ceiling, and adaptive at GPU-only capacity."""
     lines = ["| workload | scenario | GPU alone | CPU alone | ceiling over the GPU alone | adaptive at 1x: goodput, "
              "share of the ceiling, vs gpu-only | adaptive from 1x up: lowest share of what the box can serve | "
-             "adaptive's best goodput vs the GPU alone |", "|---|---|---|---|---|---|---|---|"]
+             "adaptive's best goodput vs the GPU held back (gpu-held's best) |", "|---|---|---|---|---|---|---|---|"]
     for w, wblock in report["workloads"].items():
         for name, block in wblock["scenarios"].items():
             runs = block["runs"]
@@ -139,11 +148,74 @@ def cpu_gain_table(report: dict[str, Any]) -> str:
                 continue
             best = max((r for r in runs if r["policy"] == "adaptive"), key=lambda r: r["goodput"])
             alone = block["gpu_alone_goodput"]
+            held = _best(runs, "gpu-held")
+            versus = f"{_pct(_gain(best['goodput'], held['goodput']))}" if held else "-"
             served = servable_share(block)
             served_text = f"{served[0] * 100:.0f}% (at {served[1]:g}x)" if served else "-"
             lines.append(
                 f"| {w} | {name} | {alone:.3g} | {block['cpu_alone_goodput']:.2g} | "
                 f"{_pct(_gain(block['ceiling'], alone))} | {a1['goodput']:.3g}, "
                 f"{a1['ceiling_fraction'] * 100:.0f}%, {_pct(_gain(a1['goodput'], g1['goodput']))} | {served_text} | "
-                f"{best['goodput']:.3g} at {best['rate_factor']:g}x: {_pct(_gain(best['goodput'], alone))} |")
+                f"{best['goodput']:.3g} at {best['rate_factor']:g}x: {versus} |")
+    return "\n".join(lines)
+
+
+def _best(runs: list[Run], policy: str) -> Run | None:
+    return max((r for r in runs if r["policy"] == policy), key=lambda r: r["goodput"], default=None)
+
+
+def _split_parts(block: dict[str, Any]) -> tuple[Run, Run, Run] | None:
+    """The best sweep point of gpu-only, gpu-held and adaptive (None when the report lacks one)."""
+    runs = block["runs"]
+    only, held, both = _best(runs, "gpu-only"), _best(runs, "gpu-held"), _best(runs, "adaptive")
+    return None if only is None or held is None or both is None else (only, held, both)
+
+
+def _gain_words(gain: float) -> str:
+    if abs(gain) < 0.005:
+        return "changes nothing measurable (±0%)"
+    return f"{'adds' if gain > 0 else 'costs'} {abs(gain) * 100:.0f}%"
+
+
+def _where(run: Run, top: float) -> str:
+    return f"at {run['rate_factor']:g}x" + (", the top of the sweep" if run["rate_factor"] == top else "")
+
+
+def split_sentences(report: dict[str, Any]) -> list[str]:
+    """Per workload and scenario, in words: what holding back adds on the GPU alone, and what the CPU adds on top."""
+    lines: list[str] = []
+    top = max(report["config"]["sweep"])
+    for w, wblock in report["workloads"].items():
+        lines.append(f"- *{w}*")
+        for name, block in wblock["scenarios"].items():
+            parts = _split_parts(block)
+            if parts is None:
+                continue
+            only, held, both = parts
+            tops = [_at(block["runs"], p, top) for p in ("gpu-only", "gpu-held", "adaptive")]
+            at_top = "/".join(f"{r['goodput']:.3g}" if r else "-" for r in tops)
+            lines.append(
+                f"  - **{name}**: the GPU alone, its engine queueing what it cannot start, peaks at "
+                f"{only['goodput']:.3g} req/s within the targets (gpu-only, {_where(only, top)}). Held back "
+                f"as adaptive holds, the same GPU peaks at {held['goodput']:.3g} (gpu-held, {_where(held, top)}): "
+                f"holding back {_gain_words(_gain(held['goodput'], only['goodput']))}. With the CPU beside it, adaptive "
+                f"peaks at {both['goodput']:.3g} ({_where(both, top)}): the CPU "
+                f"{_gain_words(_gain(both['goodput'], held['goodput']))}. At {top:g}x the three serve "
+                f"{at_top} req/s.")
+    return lines
+
+
+def split_table(report: dict[str, Any]) -> str:
+    """Markdown: best goodput of the GPU alone, the GPU held back and adaptive; the gain of each step."""
+    lines = ["| workload | scenario | GPU alone (gpu-only) | GPU held back (gpu-held) | GPU + CPU (adaptive) | "
+             "holding back adds | the CPU adds |", "|---|---|---|---|---|---|---|"]
+    for w, wblock in report["workloads"].items():
+        for name, block in wblock["scenarios"].items():
+            parts = _split_parts(block)
+            if parts is None:
+                continue
+            only, held, both = parts
+            cells = [f"{r['goodput']:.3g} at {r['rate_factor']:g}x" for r in parts]
+            lines.append(f"| {w} | {name} | {' | '.join(cells)} | {_pct(_gain(held['goodput'], only['goodput']))} | "
+                         f"{_pct(_gain(both['goodput'], held['goodput']))} |")
     return "\n".join(lines)

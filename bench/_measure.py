@@ -9,7 +9,8 @@ Definitions (also in docs/benchmarks.md):
 - completed requests/s and output tokens/s are over the makespan (first arrival to the
   last finish), i.e. what the hardware delivered;
 - a request that never finished (rejected, timed out) counts as missing both targets and
-  as infinitely late in the percentiles.
+  as infinitely late in the percentiles; ``ttft_p99_finished`` is the P99 TTFT over the
+  requests that finished, defined whenever one did, to be read beside how many did not.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class Summary:
     output_tps: float
     ttft_p50: float | None
     ttft_p99: float | None
+    ttft_p99_finished: float | None  # over the requests that finished (None: none did)
     tpot_p50: float | None
     tpot_p99: float | None
     e2e_p99: float | None
@@ -125,6 +127,7 @@ def summarise(
         output_tps=tokens / span,
         ttft_p50=_finite(quantile(ttfts, 0.50)),
         ttft_p99=_finite(quantile(ttfts, 0.99)),
+        ttft_p99_finished=_finite(quantile([o.ttft for o in done if o.ttft is not None], 0.99)),
         tpot_p50=_finite(quantile(tpots, 0.50)),
         tpot_p99=_finite(quantile(tpots, 0.99)),
         e2e_p99=_finite(quantile(e2es, 0.99)),

@@ -21,6 +21,8 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("out tok/s", "output_tps", "{:.0f}"),
     ("TTFT p50", "ttft_p50", "{:.2f}"),
     ("TTFT p99", "ttft_p99", "{:.1f}"),
+    ("TTFT p99 finished", "ttft_p99_finished", "{:.1f}"),
+    ("never finished", "unfinished", "{:d}"),
     ("TPOT p50 ms", "tpot_p50", "ms"),
     ("TPOT p99 ms", "tpot_p99", "ms"),
     ("e2e p99", "e2e_p99", "{:.0f}"),
@@ -46,6 +48,13 @@ def fmt(value: object, spec: str) -> str:
     return spec.format(value)
 
 
+def cell(run: Run, key: str, spec: str) -> str:
+    """One cell of the detailed table (``-`` for a metric a report saved before it existed lacks)."""
+    if key == "unfinished":
+        return fmt(int(run["requests"]) - int(run["completed"]), spec)
+    return fmt(run[key], spec) if key in run else "-"
+
+
 def runs_of(report: Report, workload: str, scenario: str) -> list[Run]:
     """The sweep runs of one workload on one scenario, by rate then policy order."""
     block = report["workloads"][workload]["scenarios"][scenario]
@@ -69,7 +78,7 @@ def rich_table(report: Report, workload: str, scenario: str) -> Table:
         if run["rate_factor"] != last and last is not None:
             table.add_section()
         last = run["rate_factor"]
-        table.add_row(rate, run["policy"], *(fmt(run[key], spec) for _, key, spec in COLUMNS))
+        table.add_row(rate, run["policy"], *(cell(run, key, spec) for _, key, spec in COLUMNS))
     return table
 
 
@@ -79,7 +88,7 @@ def markdown_table(report: Report, workload: str, scenario: str) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for run in runs_of(report, workload, scenario):
         cells = [f"{run['offered_rate']:.2f} ({run['rate_factor']:g}x)", run["policy"]]
-        cells += [fmt(run[key], spec) for _, key, spec in COLUMNS]
+        cells += [cell(run, key, spec) for _, key, spec in COLUMNS]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -124,10 +133,6 @@ def _by(runs: Iterable[Run]) -> dict[tuple[str, float], Run]:
     return {(r["policy"], r["rate_factor"]): r for r in runs}
 
 
-def _ttft(value: float | None) -> float:
-    return float("inf") if value is None else float(value)
-
-
 def check_targets(report: Report, workload: str, scenario: str) -> list[Check]:
     """The issue's four targets on one workload and scenario (the Azure trace is the one asked)."""
     block = report["workloads"][workload]["scenarios"][scenario]
@@ -166,20 +171,39 @@ def check_targets(report: Report, workload: str, scenario: str) -> list[Check]:
         checks.append(Check("adaptive >= 90% of the ceiling where gpu-only meets targets for 90%", ">= 90%",
                             "no rate of the sweep where gpu-only meets the targets for 90%", False))
 
-    top = max(factors)
-    ra, rc = by[("adaptive", top)], by[("classic", top)]
-    a, c = _ttft(ra["ttft_p99"]), _ttft(rc["ttft_p99"])
-    cut = 1.0 - a / c if c > 0 and c != float("inf") else (1.0 if a < c else 0.0)
-    lost = [f"{r['requests'] - r['completed']} of {r['requests']} never finished ({r['rejected']} rejected, "
-            f"{r['timed_out']} timed out)" for r in (ra, rc)]
-    checks.append(Check(
-        "adaptive P99 TTFT at the top of the sweep >= 28% below classic's",
-        ">= 28% lower",
-        f"{fmt(ra['ttft_p99'], '{:.1f}')} s vs {fmt(rc['ttft_p99'], '{:.1f}')} s: {cut * 100:.0f}% lower "
-        f"(adaptive: {lost[0]}; classic: {lost[1]})",
-        cut >= 0.28,
-    ))
+    checks.append(tail_check(by[("adaptive", max(factors))], by[("classic", max(factors))]))
     return checks
+
+
+#: sysHAX's claim: P99 latency about 28% lower under high concurrency.
+TAIL_CUT = 0.28
+
+
+def tail_check(adaptive: Run, classic: Run) -> Check:
+    """adaptive's P99 TTFT over the requests it finished, >= ``TAIL_CUT`` below classic's, leaving no more unfinished.
+
+    A P99 over every request is infinite once more than 1% never finish, and a P99 over
+    the finished ones alone rewards refusing the slowest: so the finished ones' P99 is
+    compared, and the policy that cuts it must not leave more requests unfinished.
+    """
+    a, c = adaptive.get("ttft_p99_finished"), classic.get("ttft_p99_finished")
+    lost_a, lost_c = (int(r["requests"]) - int(r["completed"]) for r in (adaptive, classic))
+    lost = f"never finished: adaptive {lost_a}, classic {lost_c} of {adaptive['requests']}"
+    name = f"adaptive P99 TTFT over finished requests at the top of the sweep >= {TAIL_CUT:.0%} below classic's"
+    wanted = f">= {TAIL_CUT:.0%} lower, no more unfinished"
+    if "ttft_p99_finished" not in adaptive or "ttft_p99_finished" not in classic:
+        return Check(name, wanted, "not in this report (saved before it was measured): run it again", False)
+    if a is None:
+        return Check(name, wanted, f"adaptive finished no request ({lost})", False)
+    if c is None:
+        return Check(name, wanted, f"{a:.1f} s; classic finished no request ({lost})", True)
+    cut = 1.0 - a / c if c > 0 else 0.0
+    return Check(name, wanted, f"{a:.1f} s vs {c:.1f} s: {_pct_lower(cut)} ({lost})",
+                 cut >= TAIL_CUT and lost_a <= lost_c)
+
+
+def _pct_lower(cut: float) -> str:
+    return f"{cut * 100:.0f}% lower" if cut >= 0 else f"{-cut * 100:.0f}% higher"
 
 
 def checks_table(checks: list[Check], title: str) -> Table:

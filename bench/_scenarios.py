@@ -32,10 +32,24 @@ SCENARIOS: dict[str, Scenario] = {
     )
 }
 #: The policies compared; ``cpu-only`` runs only to measure the CPU alone for the ceiling.
-POLICIES: tuple[str, ...] = ("gpu-only", "round-robin", "classic", "adaptive")
+POLICIES: tuple[str, ...] = ("gpu-only", "gpu-held", "round-robin", "classic", "adaptive")
+#: The policies that run on the GPU engine alone (the box's CPU switched off), and the
+#: policy function each runs: ``gpu-held`` is ``adaptive``'s admission (holding back, the
+#: deadline queue) with no CPU to send work to, a baseline a GPU-only deployment can run.
+GPU_ALONE: dict[str, str] = {"gpu-only": "gpu-only", "gpu-held": "adaptive"}
 #: Offered rates of the sweep, as multiples of the GPU-only capacity.
 SWEEP: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 QUICK_SWEEP: tuple[float, ...] = (0.5, 1.0, 2.0)
+
+
+def policy_function(name: str) -> str:
+    """The policy function a benchmark policy runs (``gpu-held`` runs ``adaptive``)."""
+    return GPU_ALONE.get(name, name)
+
+
+def uses_cpu(name: str) -> bool:
+    """Whether a benchmark policy runs with the box's CPU engine."""
+    return name not in GPU_ALONE
 
 
 def limits(ttft_target: float, tpot_target: float, handoff: Handoff) -> Limits:

@@ -6,9 +6,10 @@ Three phases, each a batch of independent runs spread over worker processes:
    ``gpu-only`` meets both targets for ``CAPACITY_SHARE`` of the requests (median over the
    trace windows). The search starts between a tenth of and the GPU's saturated
    throughput; when ``gpu-only`` already misses at the bottom, it brackets downward
-   (a quarter at a time, ``DOWN_STEPS`` times) before it bisects, and when no rate meets
-   the targets it says so (``capacity_met`` false; the sweep is then based on the lowest
-   rate tried).
+   (a quarter at a time, ``DOWN_STEPS`` times) before it bisects. When no rate meets the
+   share it says so (``capacity_met`` false): it stops going down where less load no
+   longer helps, and the sweep is based on the highest rate that keeps ``CAPACITY_SHARE``
+   of the best attainment seen (:func:`search_capacity`).
 2. **The CPU alone** per workload and CPU profile: ``cpu-only`` at fractions of the CPU's
    saturated throughput; its best goodput.
 3. **The sweep**: every policy at ``SWEEP`` multiples of the GPU-only capacity.
@@ -33,7 +34,9 @@ from typing import Any
 from bench import _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
+from bench._scenarios import policy_function
 from sim import timing
+from sim.arrival_grid import Replay
 from sim.profile import load_profile
 from syshaxd.config import Handoff
 
@@ -42,6 +45,10 @@ CAPACITY_SHARE = 0.9
 CAPACITY_STEPS = 6
 #: Steps (each a quarter of the rate before) the capacity search may bracket downward.
 DOWN_STEPS = 5
+#: Attainment a quarter of the load must gain for the capacity search to keep going down.
+PLATEAU = 0.02
+#: Share of the offered rate a run must complete to count as keeping up with its load.
+KEEPS_UP = 0.9
 #: Offered rate that saturates any engine here: every request arrives within seconds.
 FLOOD_RATE = 1000.0
 #: Multiples of the CPU's one-at-a-time service rate tried for the CPU alone.
@@ -60,11 +67,12 @@ class Settings:
     ttft_target: float
     tpot_target: float
     handoff: Handoff
+    replay: Replay = "spread"  # a trace's grid cells: spread within them, or kept as bursts
 
 
 @functools.lru_cache(maxsize=8)
-def _source(name: str, traces: Path) -> _workloads.Source:
-    return _workloads.load(name, traces)
+def _source(name: str, traces: Path, replay: Replay) -> _workloads.Source:
+    return _workloads.load(name, traces, replay)
 
 
 def measure_windows(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
@@ -84,8 +92,8 @@ def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None,
             seed: int) -> tuple[Summary, dict[str, int]]:
     """Run one policy at one offered rate on the window of ``seed``; its summary and decisions by kind."""
     count = _workloads.run_size(workload, settings.requests)
-    reqs = _workloads.requests_at(_source(workload, settings.traces), rate, count, seed)
-    spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy, ttft_target=settings.ttft_target,
+    reqs = _workloads.requests_at(_source(workload, settings.traces, settings.replay), rate, count, seed)
+    spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy_function(policy), ttft_target=settings.ttft_target,
                    tpot_target=settings.tpot_target, handoff=settings.handoff)
     result = execute(spec, reqs)
     summary = summarise(result.outcomes, offered_rate=rate, ttft_target=settings.ttft_target,
@@ -105,7 +113,16 @@ def gpu_capacity(settings: Settings, workload: str, gpu: str) -> dict[str, Any]:
 
 
 def search_capacity(measure_at: Callable[[float], Summary]) -> dict[str, Any]:
-    """The capacity search over ``measure_at(rate)`` (gpu-only's median window at that rate)."""
+    """The capacity search over ``measure_at(rate)`` (gpu-only's median window at that rate).
+
+    When no rate meets ``CAPACITY_SHARE``, it says so (``capacity_met`` false) and stops
+    going down once the GPU keeps up with the load (completes ``KEEPS_UP`` of the offered
+    rate) and a quarter of the load gains less than ``PLATEAU`` of attainment: the misses
+    that are left are not the load's (a burst that overflows the GPU at any rate).
+    The capacity is then the highest rate that keeps ``CAPACITY_SHARE`` of the best
+    attainment seen (``attainment_floor``): where the load starts to cost, which the sweep
+    is based on.
+    """
     tried: dict[float, Summary] = {}
 
     def at(rate: float) -> Summary:
@@ -124,20 +141,31 @@ def search_capacity(measure_at: Callable[[float], Summary]) -> dict[str, Any]:
     for _ in range(DOWN_STEPS):
         if at(lo).attainment >= CAPACITY_SHARE:
             break
+        # the GPU keeps up with the load and a quarter of it gains nothing: the misses are not the load's
+        plateau = at(lo).completed_rps >= KEEPS_UP * lo and at(lo / 4).attainment < at(lo).attainment + PLATEAU
         lo, hi = lo / 4, lo  # the bottom misses too: bracket downward
+        if plateau:
+            break
     met = at(lo).attainment >= CAPACITY_SHARE
-    for _ in range(CAPACITY_STEPS if met else 0):
+    sustained = {r: s for r, s in tried.items() if r != FLOOD_RATE}
+    floor = max(s.attainment for s in sustained.values())
+    goal = CAPACITY_SHARE if met else CAPACITY_SHARE * floor
+    if not met:  # bisect between the best attainment's rate and the next rate tried above it that misses the goal
+        lo = min(r for r, s in sustained.items() if s.attainment == floor)
+        hi = min((r for r, s in tried.items() if r > lo and s.attainment < goal), default=FLOOD_RATE)
+    for _ in range(CAPACITY_STEPS if floor > 0 else 0):
         mid = _sig((lo + hi) / 2)
         if mid in (_sig(lo), _sig(hi)):
             break
-        if at(mid).attainment >= CAPACITY_SHARE:
+        if at(mid).attainment >= goal:
             lo = mid
         else:
             hi = mid
     # A flood's goodput (its rate times the few that met the targets) is no sustainable rate.
     best = max((s for r, s in tried.items() if r != FLOOD_RATE), key=lambda s: s.goodput)
-    return {"capacity": _sig(lo), "capacity_met": met, "saturated_rps": saturated, "best_goodput": best.goodput,
-            "best_rate": best.offered_rate, "tried": {str(r): s.attainment for r, s in sorted(tried.items())}}
+    return {"capacity": _sig(lo), "capacity_met": met, "attainment_floor": floor, "capacity_goal": goal,
+            "saturated_rps": saturated, "best_goodput": best.goodput, "best_rate": best.offered_rate,
+            "tried": {str(r): s.attainment for r, s in sorted(tried.items())}}
 
 
 def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
@@ -147,7 +175,8 @@ def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
     traces the prefill is most of a request's CPU time, so this is close to its capacity.
     """
     profile = load_profile(cpu)
-    reqs = _workloads.requests_at(_source(workload, settings.traces), 1.0, CPU_ALONE_REQUESTS, settings.seeds[0])
+    reqs = _workloads.requests_at(_source(workload, settings.traces, settings.replay), 1.0, CPU_ALONE_REQUESTS,
+                                  settings.seeds[0])
     total = sum(timing.prefill_time(profile, r.prompt_tokens)
                 + r.output_tokens * timing.decode_step_time(profile, [r.prompt_tokens + r.output_tokens // 2])
                 for r in reqs)

@@ -23,24 +23,43 @@ Every request is made to fit the engines' context (``CONTEXT_LIMIT``): the outpu
 and the prompt cut, as a client trims its history (a Mooncake prompt keeps the hash ids of
 the blocks left). The same seed gives the same requests.
 
-A trace whose timestamps sit on a coarse grid (every one a whole second, say) records
-when a request arrived only to within its grid cell; replayed as is, every cell becomes
-a burst of simultaneous arrivals. Such a trace's arrivals are spread uniformly within
-their cell (seeded), which keeps every cell's count and so the trace's burstiness at the
-grid's own scale (``grid_of``, ``Source.grid``). The Azure 2023 trace has sub-second
+A trace whose timestamps sit on a coarse grid (every one a whole second, say, maybe with
+a millisecond of jitter) records when a request arrived only to within its grid cell;
+replayed as is, every cell becomes a burst of simultaneous arrivals. By default such a
+trace's arrivals are spread uniformly within their cell (seeded), which keeps every
+cell's count and so the trace's burstiness at the grid's own scale; ``replay="bursts"``
+(``--grid-replay bursts``) keeps each cell the burst it was recorded as
+(:mod:`sim.arrival_grid`, ``Source.grid``). The Azure 2023 trace has sub-second
 timestamps and is replayed as recorded.
+
+``azure-bursts`` is the Azure conversation trace with its arrivals grouped into cells of
+``BURST_CELL`` seconds, every request of a cell arriving at the cell's start within
+``BURST_JITTER`` (up to 27 requests at one instant, 11 in the median cell): what a client
+that batches its calls, or a trace logged on a coarse clock, sends. Its cells are
+replayed as bursts, whatever the rate: the cells move apart or together, each burst stays
+a burst.
 """
 
 from __future__ import annotations
 
 import csv
+import math
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 
-from sim.traces import MOONCAKE_BLOCK, TraceError, grid_of, read_mooncake, spread_within_grid
+from sim.arrival_grid import (
+    Grid,
+    Replay,
+    cell_span,
+    grid_of,
+    scale_keeping_bursts,
+    spread_within_grid,
+)
+from sim.traces import MOONCAKE_BLOCK, TraceError, read_mooncake
 
 AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
@@ -50,7 +69,10 @@ CONTEXT_LIMIT = 8192 - 64
 #: Output length multiplier of the reasoning variant: the Azure mean of 211 tokens becomes
 #: ~2,100, its p99 ~6,000 (capped by the context).
 REASONING_SCALE = 10
-WORKLOADS: tuple[str, ...] = ("azure-conv", "sharegpt", "azure-reasoning")
+#: Seconds of the bursty workload's cells, and how far (seconds) a burst's arrivals spread.
+BURST_CELL = 2.0
+BURST_JITTER = 0.001
+WORKLOADS: tuple[str, ...] = ("azure-conv", "sharegpt", "azure-reasoning", "azure-bursts")
 #: Workloads no policy was tuned on, for checking a result on data it has not seen:
 #: ``arxiv`` — arXiv summarisation lengths (Sarathi-Serve's stats; long prompts, short
 #: answers) with seeded Poisson arrivals. Run them with ``--workloads``.
@@ -89,8 +111,19 @@ class Source:
     gaps: tuple[float, ...]  # seconds between consecutive requests; empty = no timestamps
     lengths: tuple[tuple[int, int], ...]  # (prompt tokens, output tokens)
     citation: str
-    grid: float | None = None  # seconds: the timestamps' resolution when it is coarse
+    grid: Grid | None = None  # the timestamps' grid when it is coarse (times from the first request)
     prefixes: tuple[tuple[int, ...], ...] = ()  # per request, when the trace names prompt blocks
+    replay: Replay = "spread"  # a grid's cells: spread within them, or kept as bursts
+
+    @cached_property
+    def stamps(self) -> tuple[float, ...]:
+        """Arrival times as recorded, in seconds from the first request (empty without timestamps)."""
+        if not self.gaps:
+            return ()
+        out = [0.0]
+        for gap in self.gaps:
+            out.append(out[-1] + gap)
+        return tuple(out)
 
     @property
     def recorded_rate(self) -> float | None:
@@ -184,6 +217,21 @@ def reasoning(source: Source, scale: int = REASONING_SCALE) -> Source:
     return Source("azure-reasoning", source.gaps, lengths, f"{source.citation}; outputs x{scale}", source.grid)
 
 
+def bursts(source: Source, cell: float = BURST_CELL, jitter: float = BURST_JITTER) -> Source:
+    """``source``'s requests with each cell of ``cell`` seconds arriving at its start, within ``jitter`` seconds.
+
+    The jitter is drawn once with a fixed seed (the workload is one trace; the run's seed
+    picks its window), and the requests are taken in their new order.
+    """
+    rng = random.Random(0)
+    moved = sorted((math.floor(t / cell) * cell + rng.random() * jitter, i) for i, t in enumerate(source.stamps))
+    stamps = [t - moved[0][0] for t, _ in moved]
+    gaps = tuple(b - a for a, b in zip(stamps, stamps[1:], strict=False))
+    lengths = tuple(source.lengths[i] for _, i in moved)
+    return Source("azure-bursts", gaps, lengths, f"{source.citation}; arrivals in bursts, one per {cell:g} s cell",
+                  grid=grid_of(stamps), replay="bursts")
+
+
 def load_mooncake(name: str) -> Source:
     """A Mooncake-format trace (``name`` is ``mooncake:PATH``): arrival gaps, lengths and prompt blocks."""
     path = Path(name[len(MOONCAKE):])
@@ -215,21 +263,27 @@ def choose(names: str) -> list[str]:
     return chosen
 
 
-def load(name: str, traces: Path) -> Source:
-    """A workload's source by name (one of ``WORKLOADS`` or ``HELD_OUT``, or ``mooncake:PATH``)."""
+def load(name: str, traces: Path, replay: Replay = "spread") -> Source:
+    """A workload's source by name (one of ``WORKLOADS`` or ``HELD_OUT``, or ``mooncake:PATH``).
+
+    ``replay`` says what becomes of a trace whose timestamps sit on a coarse grid (spread
+    within the cells, or kept as bursts); ``azure-bursts`` is made of bursts and keeps them.
+    """
     if name.startswith(MOONCAKE):
-        return load_mooncake(name)
+        return replace(load_mooncake(name), replay=replay)
     if not traces.is_dir():
         raise WorkloadError(
             f"trace directory {traces} does not exist: pass --traces DIR (the workspace keeps "
             "the traces in ../shared/traces beside the checkout)"
         )
     if name == "azure-conv":
-        return load_azure(traces)
+        return replace(load_azure(traces), replay=replay)
+    if name == "azure-bursts":
+        return bursts(load_azure(traces))
     if name == "sharegpt":
         return load_sharegpt(traces)
     if name == "azure-reasoning":
-        return reasoning(load_azure(traces))
+        return replace(reasoning(load_azure(traces)), replay=replay)
     if name == "arxiv":
         return load_lengths(traces, "arxiv", ARXIV_FILE, "arXiv summarisation length stats (Sarathi-Serve), Apache-2.0")
     raise WorkloadError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS + HELD_OUT)} or {MOONCAKE}PATH")
@@ -239,9 +293,10 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
     """``count`` requests of ``source`` offered at ``rate`` requests/s on average.
 
     With timestamps, a seeded window of consecutive requests keeps its own gaps, scaled so
-    that the window's mean rate is ``rate``. Without, lengths are drawn with replacement and
-    arrivals are Poisson. The seed alone decides which requests: a sweep over rates replays
-    the same requests faster or slower.
+    that the window's mean rate is ``rate`` (on a coarse grid: spread within the cells, or
+    the cells' bursts kept and only the cells moved, as ``source.replay`` says). Without,
+    lengths are drawn with replacement and arrivals are Poisson. The seed alone decides
+    which requests: a sweep over rates replays the same requests faster or slower.
     """
     if rate <= 0:
         raise ValueError(f"rate must be positive, got {rate}")
@@ -250,16 +305,8 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
     if source.gaps:
         count = min(count, n)
         start = rng.randrange(0, n - count + 1)
-        gaps: Sequence[float] = source.gaps[start : start + count - 1]
         picked: Sequence[int] = range(start, start + count)
-        if source.grid:
-            times = spread_within_grid(gaps, source.grid, rng)
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-        span = sum(gaps)
-        factor = (len(gaps) / rate) / span if span > 0 else 0.0
-        arrivals = [0.0]
-        for gap in gaps:
-            arrivals.append(arrivals[-1] + gap * factor)
+        arrivals = _window(source, start, count, rate, rng)
     else:
         picked = [rng.randrange(n) for _ in range(count)]
         arrivals = [0.0]
@@ -268,3 +315,22 @@ def requests_at(source: Source, rate: float, count: int, seed: int) -> list[Requ
         arrivals = [a / rate for a in arrivals]
     prefixes = source.prefixes
     return [Request(t, *source.lengths[i], prefixes[i] if prefixes else ()) for t, i in zip(arrivals, picked, strict=True)]
+
+
+def _window(source: Source, start: int, count: int, rate: float, rng: random.Random) -> list[float]:
+    """Arrivals (from 0) of ``count`` recorded requests from ``start``, scaled to a mean of ``rate``/s."""
+    gaps: Sequence[float] = source.gaps[start : start + count - 1]
+    grid = source.grid
+    if grid is not None:
+        stamps = source.stamps[start : start + count]
+        if source.replay == "bursts":
+            span = cell_span(stamps, grid)
+            return scale_keeping_bursts(stamps, grid, (count - 1) / rate / span if span > 0 else 0.0)
+        times = spread_within_grid(stamps, grid, rng)
+        gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    span = sum(gaps)
+    factor = (len(gaps) / rate) / span if span > 0 else 0.0
+    arrivals = [0.0]
+    for gap in gaps:
+        arrivals.append(arrivals[-1] + gap * factor)
+    return arrivals

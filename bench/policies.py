@@ -31,8 +31,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from bench import _report, _sweep
 from bench._common import results_dir
-from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick
+from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick, uses_cpu
 from bench._workloads import HELD_OUT, MOONCAKE, WORKLOADS, WorkloadError, choose
+from sim.arrival_grid import REPLAYS
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_TRACES = ROOT.parent / "shared" / "traces"
@@ -56,6 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--workloads", help=f"comma-separated subset of {','.join(WORKLOADS)} (or the held-out "
                    f"{','.join(HELD_OUT)}, or {MOONCAKE}PATH: a Mooncake-format trace file)")
     p.add_argument("--scenarios", help=f"comma-separated subset of {','.join(SCENARIOS)}")
+    p.add_argument("--grid-replay", choices=REPLAYS, default="spread",
+                   help="a trace whose timestamps sit on a coarse grid: spread each cell's arrivals within it "
+                   "(default), or replay each cell as the burst it was recorded as (azure-bursts always does)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
     p.add_argument("--docs", type=Path, help="update this Markdown file and its plots (default: docs/benchmarks.md on a full run)")
     p.add_argument("--no-docs", action="store_true", help="do not touch the docs")
@@ -89,6 +93,7 @@ def build_plan(args: argparse.Namespace) -> dict[str, Any]:
         "sweep": list(QUICK_SWEEP if args.quick else SWEEP), "requests": requests, "seed": args.seed,
         "seeds": list(range(args.seed, args.seed + windows)),
         "ttft_target": args.ttft, "tpot_target": args.tpot, "handoff": args.handoff, "quick": args.quick,
+        "grid_replay": args.grid_replay,
         "capacity_share": _sweep.CAPACITY_SHARE, "cpu_alone_requests": _sweep.CPU_ALONE_REQUESTS,
     }
 
@@ -111,10 +116,10 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
         capacity = dict(zip(keys1, first[: len(keys1)], strict=True))
         alone = dict(zip(keys2, first[len(keys1):], strict=True))
 
-        # gpu-only never touches the CPU: one run per GPU profile serves every scenario with it.
+        # gpu-only and gpu-held never touch the CPU: one run per GPU profile serves every scenario.
         def identity(w: str, s: str, policy: str, f: float) -> tuple[str, str, str | None, str, float]:
             sc = SCENARIOS[s]
-            return (w, sc.gpu_profile, None if policy == "gpu-only" else sc.cpu_profile, policy, f)
+            return (w, sc.gpu_profile, sc.cpu_profile if uses_cpu(policy) else None, policy, f)
 
         unique: dict[tuple[str, str, str | None, str, float], _sweep.Task] = {}
         for w in plan["workloads"]:
@@ -139,6 +144,7 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
             block["scenarios"][s] = {
                 "summary": sc.summary, "gpu_profile": sc.gpu_profile, "cpu_profile": sc.cpu_profile,
                 "capacity": cap["capacity"], "capacity_met": cap.get("capacity_met", True),
+                "attainment_floor": cap.get("attainment_floor"), "capacity_goal": cap.get("capacity_goal"),
                 "gpu_saturated_rps": cap["saturated_rps"], "capacity_search": cap["tried"],
                 "gpu_alone_goodput": gpu_best, "cpu_alone": cpu, "cpu_alone_goodput": cpu["best_goodput"],
                 "ceiling": ceiling, "runs": runs,
@@ -178,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]error:[/] {exc}")
             return 2
         settings = _sweep.Settings(args.traces.resolve(), tuple(plan["seeds"]), plan["requests"], plan["ttft_target"],
-                                   plan["tpot_target"], plan["handoff"])
+                                   plan["tpot_target"], plan["handoff"], plan["grid_replay"])
         try:
             report = run(plan, settings, args.jobs, console)
         except WorkloadError as exc:

@@ -9,10 +9,10 @@ Formats (``shared/traces/SOURCES.md``):
   prompt's blocks named by hash id, so that shared prefixes can be cached.
 Everything random takes a seed, so the same seed gives the same workload.
 
-Timestamps on a coarse grid (all whole seconds, say) only say in which cell a request
-arrived: replayed as recorded, each cell would be a burst of simultaneous arrivals, so
-such arrivals are spread uniformly (seeded) within their cell (``grid_of``,
-``spread_within_grid``).
+Timestamps on a coarse grid (all whole seconds, say, maybe with a millisecond of jitter)
+only say in which cell a request arrived: replayed as recorded, each cell would be a burst
+of simultaneous arrivals, so by default such arrivals are spread uniformly (seeded) within
+their cell; ``replay="bursts"`` keeps each cell a burst (:mod:`sim.arrival_grid`).
 """
 
 from __future__ import annotations
@@ -26,6 +26,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
+
+from sim.arrival_grid import Replay, cell_span, grid_of, scale_keeping_bursts, spread_within_grid
 
 TRACE_FILES = {
     "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
@@ -72,29 +74,6 @@ def _timestamp(text: str) -> float:
     except ValueError:
         raise TraceError(f"unreadable timestamp {text!r}") from None
     return base.timestamp() + (float(f"0.{frac}") if frac else 0.0)
-
-
-#: Timestamp resolutions (seconds) a trace may be rounded to, coarsest first.
-GRIDS: tuple[float, ...] = (60.0, 1.0, 0.1)
-
-
-def grid_of(stamps: Sequence[float]) -> float | None:
-    """The coarsest of ``GRIDS`` every timestamp is a multiple of, or None (fine-grained)."""
-    if len(stamps) < 2:
-        return None
-    for unit in GRIDS:
-        if all(abs(t / unit - round(t / unit)) < 1e-6 for t in stamps):
-            return unit
-    return None
-
-
-def spread_within_grid(gaps: Sequence[float], grid: float, rng: random.Random) -> list[float]:
-    """Arrival times (from 0) of gapped grid timestamps, each moved uniformly within its cell, in order."""
-    stamps = [0.0]
-    for gap in gaps:
-        stamps.append(stamps[-1] + gap)
-    moved = sorted(t + rng.random() * grid for t in stamps)
-    return [t - moved[0] for t in moved]
 
 
 def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
@@ -205,14 +184,14 @@ def read_mooncake(path: Path, *, limit: int | None = None, block: int = MOONCAKE
 
 
 def _replay(times: list[float], out: list[TraceRequest], rate: float | None, seed: int,
-            time_scale: float) -> list[TraceRequest]:
-    """Recorded arrivals (from 0) spread within a coarse grid, rescaled to ``rate``, times ``time_scale``."""
+            time_scale: float, replay: Replay) -> list[TraceRequest]:
+    """Recorded arrivals (from 0, in order) off their grid as ``replay`` says, at ``rate``, times ``time_scale``."""
     grid = grid_of(times)
-    if grid is not None:
-        times = spread_within_grid([b - a for a, b in zip(times, times[1:], strict=False)], grid, random.Random(seed))
-    if rate is not None and len(times) > 1 and times[-1] > 0:
-        factor = (len(times) - 1) / times[-1] / rate
-        times = [t * factor for t in times]
+    if grid is not None and replay == "spread":
+        times, grid = spread_within_grid(times, grid, random.Random(seed)), None
+    span = times[-1] if grid is None else cell_span(times, grid)
+    factor = (len(times) - 1) / span / rate if rate is not None and len(times) > 1 and span > 0 else 1.0
+    times = [t * factor for t in times] if grid is None else scale_keeping_bursts(times, grid, factor)
     return [replace(r, arrival=t * time_scale) for t, r in zip(times, out, strict=True)]
 
 
@@ -223,6 +202,7 @@ def load_trace(
     rate: float | None = None,
     seed: int = 0,
     time_scale: float = 1.0,
+    replay: Replay = "spread",
 ) -> list[TraceRequest]:
     """Read a trace by name (``azure-conv``, ``sharegpt``, ``arxiv``) or path (a ``.jsonl`` one is Mooncake's).
 
@@ -232,11 +212,13 @@ def load_trace(
             for timestamped traces, rescales the arrivals to this mean rate.
         seed: seed of the drawn arrivals.
         time_scale: multiplies arrival times (0.5 = twice as dense).
+        replay: timestamps on a coarse grid: ``spread`` within their cells (seeded), or
+            each cell a ``bursts`` of arrivals as recorded (:mod:`sim.arrival_grid`).
     """
     path = Path(name_or_path) if name_or_path not in TRACE_FILES else trace_dir() / TRACE_FILES[name_or_path]
     if path.suffix == ".jsonl":
         mooncake = read_mooncake(path, limit=limit)
-        return _replay([r.arrival for r in mooncake], mooncake, rate, seed, time_scale)
+        return _replay([r.arrival for r in mooncake], mooncake, rate, seed, time_scale, replay)
     header, rows = _rows(path)
     out: list[TraceRequest] = []
     if header[:3] == ["TIMESTAMP", "ContextTokens", "GeneratedTokens"]:
@@ -252,7 +234,7 @@ def load_trace(
         if not out:
             raise TraceError(f"{path} has no requests")
         t0 = stamps[0]
-        return _replay([t - t0 for t in stamps], out, rate, seed, time_scale)
+        return _replay([t - t0 for t in stamps], out, rate, seed, time_scale, replay)
     if header[:2] == ["num_prefill_tokens", "num_decode_tokens"]:
         for i, row in enumerate(rows, start=2):
             if limit is not None and len(out) >= limit:

@@ -112,7 +112,8 @@ def secs(value: float) -> str:
     return f"{value:.1f}s" if value < 10 else f"{value:.0f}s"
 
 
-def gpu_side(gpu: EngineView, prompt: int, out: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING) -> GpuSide:
+def gpu_side(gpu: EngineView, prompt: int, out: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING,
+             waited: float = 0.0) -> GpuSide:
     """The GPU option: its queue (or the prompts ahead), prefill, TPOT in the batch it joins."""
     gm = device_model(gpu, GPU_DEFAULTS, tuning)
     load = busy(gpu)
@@ -132,7 +133,9 @@ def gpu_side(gpu: EngineView, prompt: int, out: int, limits: Limits, tuning: Tun
     pressure = None
     if need is not None and need[0] > need[1] * tuning.kv_pressure:
         pressure = f"gpu KV cache would hold {need[0]:.0f} of {need[1]} tokens"
-    hold = gpu_hold(gpu, gm, prompt, limits, tuning)
+    # held any longer, it would be late; admitted now, it is still on time
+    urgent = limits.ttft_target * (1.0 - tuning.ttft_slack) <= waited + part + g_tpot <= limits.ttft_target
+    hold = gpu_hold(gpu, gm, prompt, limits, tuning, urgent=urgent)
     return GpuSide(
         Option("gpu", part + g_tpot, g_tpot, part + out * g_tpot, note), part, at_limit, pressure, hold,
         split_hold=hold and gpu_hold(gpu, gm, prompt, limits, tuning, decode=False),
@@ -150,7 +153,7 @@ def estimate_options(
     why: dict[str, str] = {}
 
     gpu = pick_engine(snapshot, "gpu")
-    side = None if gpu is None else gpu_side(gpu, prompt, out, limits, tuning)
+    side = None if gpu is None else gpu_side(gpu, prompt, out, limits, tuning, request.waited)
     if side is None:
         why["gpu"] = why["pd_split"] = "no usable GPU engine"
     else:

@@ -79,6 +79,9 @@ class Tuning:
     #: the target (:mod:`syshaxd.policy.holding`): the projection is an average, and the
     #: slowest requests of a batch sit above it.
     tpot_guard: float = 0.8
+    #: A request whose first token would come within this share of the TTFT target's end
+    #: is held only while the projection passes the target itself (not ``tpot_guard``).
+    ttft_slack: float = 0.2
     #: Hold a request back while the projected KV need is above this share of the cache
     #: (:mod:`syshaxd.policy.holding`; why 98%: docs/benchmarks.md).
     kv_guard: float = 0.98

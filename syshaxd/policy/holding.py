@@ -66,7 +66,7 @@ def growth_until_first_end(gpu: EngineView, model: DeviceModel) -> float | None:
 
 def gpu_hold(
     gpu: EngineView, model: DeviceModel, prompt: int, limits: Limits, tuning: Tuning = DEFAULT_TUNING,
-    *, decode: bool = True,
+    *, decode: bool = True, urgent: bool = False,
 ) -> str | None:
     """Why the GPU must not take the request now, or None when it may.
 
@@ -95,7 +95,7 @@ def gpu_hold(
     tpot = projected_tpot(gpu, model, prompt, tuning)
     if not decode:
         tpot -= model.tpot(busy(gpu) + 1) - model.tpot(max(1, busy(gpu)))
-    if tpot > batch_tpot_target(gpu, limits) * tuning.tpot_guard:
+    if tpot > batch_tpot_target(gpu, limits) * (1.0 if urgent else tuning.tpot_guard):
         return f"running batch would decode at {tpot * 1000:.0f}ms per token"
     return None
 

@@ -139,7 +139,9 @@ def test_same_seed_gives_identical_json(tmp_path: Path) -> None:
     assert outs[0] == outs[1]
     report = json.loads(outs[0])
     block = report["workloads"]["azure-conv"]["scenarios"]["a100-80g+q4"]
-    assert {r["policy"] for r in block["runs"]} == {"gpu-only", "round-robin", "classic", "adaptive"}
+    assert {r["policy"] for r in block["runs"]} == {"gpu-only", "gpu-held", "round-robin", "classic", "adaptive"}
+    held = [r for r in block["runs"] if r["policy"] == "gpu-held"]
+    assert all(r["cpu_request_share"] == 0 and r["cpu_util"] == 0 for r in held)  # the CPU switched off
     assert block["ceiling"] >= block["gpu_alone_goodput"] > 0
     assert len(block["targets"]) == 4
 
@@ -156,6 +158,7 @@ def test_docs_are_written_with_plots(tmp_path: Path) -> None:
     text = doc.read_text()
     assert "prose stays" in text and "tail stays" in text and "\nold\n" not in text
     assert "| adaptive goodput >= classic at every rate |" in text
+    assert "### What holding back adds, and what the CPU adds" in text and "inf s vs inf s" not in text
     assert (doc.parent / "bench-goodput-azure-conv.png").stat().st_size > 1000
 
     again = tmp_path / "again" / "benchmarks.md"
@@ -189,15 +192,17 @@ def test_unknown_scenario_is_refused_with_the_choices(tmp_path: Path) -> None:
 
 # -- target checks -------------------------------------------------------------------------
 
-def _report(goodput: dict[str, list[float]], ttft_top: dict[str, float | None], attain_gpu: list[float]) -> dict[str, object]:
+def _report(goodput: dict[str, list[float]], ttft_top: dict[str, float | None], attain_gpu: list[float],
+            lost_top: dict[str, int] | None = None) -> dict[str, object]:
     factors = [0.5, 1.0, 2.0]
     runs = []
     for policy, values in goodput.items():
         for i, (f, g) in enumerate(zip(factors, values, strict=True)):
+            lost = (lost_top or {}).get(policy, 0) if f == 2.0 else 0
             runs.append({"policy": policy, "rate_factor": f, "offered_rate": f, "goodput": g, "ceiling_fraction": g / 2.0,
                          "attainment": attain_gpu[i] if policy == "gpu-only" else 1.0,
-                         "ttft_p99": ttft_top.get(policy) if f == 2.0 else 1.0,
-                         "requests": 10, "completed": 10, "rejected": 0, "timed_out": 0})
+                         "ttft_p99": None if lost else 1.0, "ttft_p99_finished": ttft_top.get(policy) if f == 2.0 else 1.0,
+                         "requests": 100, "completed": 100 - lost, "rejected": lost, "timed_out": 0})
     return {"config": {"policies": list(goodput), "sweep": factors},
             "workloads": {"azure-conv": {"scenarios": {"s": {"runs": runs, "ceiling": 2.0, "capacity": 1.0}}}}}
 
@@ -206,7 +211,7 @@ def test_targets_met_and_missed_are_told_apart() -> None:
     from bench._report import check_targets
 
     good = _report({"gpu-only": [0.5, 0.9, 0.3], "classic": [0.5, 0.8, 0.2], "adaptive": [0.5, 1.9, 0.4]},
-                   {"classic": None, "adaptive": 10.0}, [1.0, 0.95, 0.2])
+                   {"classic": 20.0, "adaptive": 10.0}, [1.0, 0.95, 0.2])
     assert [c.met for c in check_targets(good, "azure-conv", "s")] == [True, True, True, True]
 
     bad = _report({"gpu-only": [0.5, 0.9, 0.3], "classic": [0.5, 1.0, 0.2], "adaptive": [0.5, 0.95, 0.25]},
@@ -215,6 +220,35 @@ def test_targets_met_and_missed_are_told_apart() -> None:
     assert [c.met for c in checks] == [False, False, False, False]
     assert "1x" in checks[0].measured and "2x" in checks[1].measured  # where the worst gap is
     assert "20% lower" in checks[3].measured
+
+
+def test_the_tail_target_is_decided_when_both_policies_leave_requests_unfinished() -> None:
+    from bench._report import check_targets
+
+    # both lose requests at the top of the sweep (a P99 over every request is inf for both)
+    cut = _report({"gpu-only": [1, 1, 1], "classic": [1, 1, 1], "adaptive": [1, 1, 1]},
+                  {"classic": 50.0, "adaptive": 20.0}, [1.0, 1.0, 1.0], {"classic": 12, "adaptive": 7})
+    tail = check_targets(cut, "azure-conv", "s")[3]
+    assert tail.met and "inf" not in tail.measured
+    assert tail.measured == "20.0 s vs 50.0 s: 60% lower (never finished: adaptive 7, classic 12 of 100)"
+
+    # the same cut bought by leaving more requests unfinished is no cut
+    shed = _report({"gpu-only": [1, 1, 1], "classic": [1, 1, 1], "adaptive": [1, 1, 1]},
+                   {"classic": 50.0, "adaptive": 20.0}, [1.0, 1.0, 1.0], {"classic": 7, "adaptive": 12})
+    assert not check_targets(shed, "azure-conv", "s")[3].met
+
+
+def test_holding_back_and_the_cpu_are_told_apart_in_words() -> None:
+    from bench._findings import split_sentences, split_table
+
+    report = _report({"gpu-only": [0.5, 0.9, 0.3], "gpu-held": [0.5, 1.0, 1.2], "classic": [0.5, 0.8, 0.2],
+                      "adaptive": [0.5, 1.1, 1.26]}, {}, [1.0, 0.95, 0.2])
+    table = split_table(report)
+    assert "| azure-conv | s | 0.9 at 1x | 1.2 at 2x | 1.26 at 2x | +33% | +5% |" in table
+    words = "\n".join(split_sentences(report))
+    assert "holding back adds 33%" in words and "the CPU adds 5%" in words
+    assert "(gpu-held, at 2x, the top of the sweep)" in words  # a peak that may lie beyond the sweep
+    assert "At 2x the three serve 0.3/1.2/1.26 req/s" in words
 
 
 def test_reasoning_runs_replay_half_the_requests() -> None:

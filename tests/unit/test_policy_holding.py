@@ -28,6 +28,23 @@ def test_a_request_that_would_break_the_running_batchs_tpot_target_waits() -> No
     assert adaptive(snap(gpu), PROMPT, Limits(tpot_target=0.5)).device == "gpu"
 
 
+def test_a_request_about_to_miss_its_ttft_target_is_held_only_past_the_tpot_target_itself() -> None:
+    # 20 decoding at 160 ms, 6,000 prompt tokens on their way: one more 1,000-token prompt
+    # projects 174 ms, past the guard (80% of 200 ms) but within the target.
+    gpu = engine("gpu0", "gpu", running=20, tpot=0.16, tpot_batch=20, decode_tokens=20 * 200, prompt_tokens=6000)
+    assert 0.16 < projected_tpot(gpu, device_model(gpu, GPU_DEFAULTS), 1000) < 0.2
+    fresh = adaptive(snap(gpu), PROMPT, Limits())
+    assert fresh.device is None and fresh.reason.startswith("hold: running batch would decode at 174ms")
+    # After 2 s its first token (1.3 s away on the GPU) still comes with a fifth of the 5 s target to spare.
+    assert adaptive(snap(gpu), replace(PROMPT, waited=2.0), Limits()).device is None
+    # After 3 s holding it would make it late: the GPU takes it while the batch keeps the target.
+    assert adaptive(snap(gpu), replace(PROMPT, waited=3.0), Limits()).device == "gpu"
+    # A batch the request would push past the target itself holds it however long it waited.
+    slower = replace(gpu, metrics=replace(gpu.metrics, tpot_recent=0.19))
+    late_soon = adaptive(snap(slower), replace(PROMPT, waited=4.5), Limits())
+    assert late_soon.device is None and late_soon.reason.startswith("hold: running batch would decode at")
+
+
 def test_a_batch_far_from_its_tpot_target_admits() -> None:
     gpu = engine("gpu0", "gpu", running=20, tpot=0.04, tpot_batch=20, decode_tokens=20 * 200)
     d = adaptive(snap(gpu), PROMPT, Limits())
