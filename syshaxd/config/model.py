@@ -19,7 +19,7 @@ from syshaxd.config.keys import KeyInfo, allowed_text, type_name
 from syshaxd.routing import Handoff
 
 Dialect = Literal["vllm-v1", "vllm-v0", "llamacpp", "sglang", "openai"]
-PolicyName = Literal["classic", "adaptive", "gpu-only", "cpu-only", "round-robin"]
+PolicyName = Literal["classic", "adaptive", "gpu-only", "cpu-only", "round-robin", "gpu-priority"]
 
 
 SUN_PATH_MAX = 107  # Linux: sockaddr_un.sun_path is 108 bytes, one of them the NUL
