@@ -12,10 +12,11 @@ from syshaxd.policy.adaptive import adaptive
 from syshaxd.policy.baselines import RoundRobin, cpu_only, gpu_only
 from syshaxd.policy.classic import classic
 from syshaxd.policy.common import cpu_token_limit, engine_load, pick_engine
+from syshaxd.policy.priority import gpu_priority
 from syshaxd.policy.queueing import QueueOrder, queue_order
 from syshaxd.routing import Policy
 
-POLICY_NAMES: tuple[str, ...] = ("classic", "adaptive", "gpu-only", "cpu-only", "round-robin")
+POLICY_NAMES: tuple[str, ...] = ("classic", "adaptive", "gpu-only", "cpu-only", "round-robin", "gpu-priority")
 
 
 def get_policy(name: str) -> Policy:
@@ -24,7 +25,8 @@ def get_policy(name: str) -> Policy:
     Raises:
         KeyError: unknown name, with the known names in the message.
     """
-    fixed: dict[str, Policy] = {"classic": classic, "adaptive": adaptive, "gpu-only": gpu_only, "cpu-only": cpu_only}
+    fixed: dict[str, Policy] = {"classic": classic, "adaptive": adaptive, "gpu-only": gpu_only, "cpu-only": cpu_only,
+                                "gpu-priority": gpu_priority}
     if name == "round-robin":
         return RoundRobin()
     try:
@@ -35,5 +37,5 @@ def get_policy(name: str) -> Policy:
 
 __all__ = [
     "POLICY_NAMES", "QueueOrder", "RoundRobin", "adaptive", "classic", "cpu_only", "cpu_token_limit", "engine_load",
-    "get_policy", "gpu_only", "pick_engine", "queue_order",
+    "get_policy", "gpu_only", "gpu_priority", "pick_engine", "queue_order",
 ]  # fmt: skip
