@@ -71,6 +71,10 @@ class Flight:
     hidden_first: bool = False
     reasks: int = 0
     outcome: str = "ok"
+    refusal: str = ""  # the core's reason, or request_timeout
+    #: Its class's targets (seconds), as :func:`syshaxd.routing.limits_for` gives them at arrival.
+    ttft_target: float = 0.0
+    tpot_target: float = 0.0
 
     @property
     def done(self) -> bool:
@@ -83,11 +87,14 @@ class Flight:
         if self.finished is not None and self.first_token is not None and self.visible > 1:
             tpot = (self.finished - self.first_token) / (self.visible - 1)
         arrival = self.req.arrival
+        ttft = None if self.first_token is None else self.first_token - arrival
+        met = (self.finished is not None and ttft is not None and ttft <= self.ttft_target
+               and (tpot if tpot is not None else 0.0) <= self.tpot_target)
         return RequestResult(
             index=self.index, arrival=arrival, prompt_tokens=self.req.prompt_tokens, output_tokens=self.visible,
-            ttft=None if self.first_token is None else self.first_token - arrival, tpot=tpot,
+            ttft=ttft, tpot=tpot,
             e2e=None if self.finished is None else self.finished - arrival, route=route,
             gpu_tokens=self.tokens["gpu"], cpu_tokens=self.tokens["cpu"], reasks=self.reasks, outcome=self.outcome,
             engines="+".join(self.placement), mode=self.decision.mode.value if self.decision is not None else "",
-            held=self.held,
+            held=self.held, level=self.features.level.name, met=met, refusal=self.refusal,
         )

@@ -29,6 +29,19 @@ class RequestResult:
     engines: str = ""  # the engines it was placed on ("gpu0", "gpu0+cpu0" for a split)
     mode: str = ""  # whole, pd_split ("" when never placed)
     held: bool = False  # whether it waited in the conductor's line
+    level: str = "interactive"  # its service class
+    met: bool = False  # finished within its own class's TTFT and TPOT targets
+    refusal: str = ""  # why it never ran or was cut short (the core's reason, or request_timeout)
+
+
+@dataclass(frozen=True)
+class ClassSummary:
+    """One service class's share of a run: each request judged at its own class's targets."""
+
+    requests: int
+    completed: int
+    met: int  # finished within the class's targets
+    refusals: dict[str, int]  # by reason (queue_full, shed, ttft_expired, queue_timeout, request_timeout, ...)
 
 
 @dataclass(frozen=True)
@@ -59,6 +72,7 @@ class Summary:
     e2e: dict[str, float]
     routes: dict[str, int]
     devices: dict[str, DeviceSummary]
+    classes: dict[str, ClassSummary]
 
 
 @dataclass(frozen=True)
@@ -122,8 +136,22 @@ def summarise(records: Sequence[RequestResult], busy: dict[str, float], devices:
         ttft=percentiles([r.ttft for r in done if r.ttft is not None]),
         tpot=percentiles([r.tpot for r in done if r.tpot is not None]),
         e2e=percentiles([r.e2e for r in done if r.e2e is not None]),
-        routes=routes, devices=per_device,
+        routes=routes, devices=per_device, classes=by_class(records),
     )
+
+
+def by_class(records: Sequence[RequestResult]) -> dict[str, ClassSummary]:
+    """Requests, completions, targets met and refusals by reason, per service class."""
+    out: dict[str, ClassSummary] = {}
+    for name in sorted({r.level for r in records}):
+        mine = [r for r in records if r.level == name]
+        refusals: dict[str, int] = {}
+        for r in mine:
+            if r.refusal:
+                refusals[r.refusal] = refusals.get(r.refusal, 0) + 1
+        out[name] = ClassSummary(len(mine), sum(r.outcome == "ok" for r in mine), sum(r.met for r in mine),
+                                 dict(sorted(refusals.items())))
+    return out
 
 
 def summary_table(summary: Summary, title: str = "virtual-time run") -> Table:
@@ -143,4 +171,8 @@ def summary_table(summary: Summary, title: str = "virtual-time run") -> Table:
     for device, d in summary.devices.items():
         table.add_row(f"{device}: requests / tokens / utilisation / preemptions",
                       f"{d.request_share:.0%} / {d.token_share:.0%} / {d.utilisation:.0%} / {d.preemptions}")
+    for name, c in summary.classes.items():
+        refused = ", ".join(f"{k} {v}" for k, v in c.refusals.items()) or "none"
+        table.add_row(f"class {name}: requests / completed / met its targets / refused",
+                      f"{c.requests} / {c.completed} / {c.met} / {refused}")
     return table

@@ -29,7 +29,7 @@ from sim.report import RunResult, summarise
 from sim.traces import TraceRequest
 from sim.virtual_engine import EngineSpec, RunEngine, VirtualEngine
 from syshaxd.core import EngineBook, Outcome, Refusal, Scheduler
-from syshaxd.routing import Handoff, Limits, Mode, Policy, RequestFeatures
+from syshaxd.routing import Handoff, Limits, Mode, Policy, RequestFeatures, limits_for
 from syshaxd.snapshot import Snapshot
 
 __all__ = ["Change", "EngineSpec", "RunOptions", "VirtualConductor", "run"]
@@ -89,11 +89,13 @@ class VirtualConductor:
     # -- carrying out the core's decisions -------------------------------------------------
 
     def _arrive(self, index: int, req: TraceRequest) -> None:
-        features = RequestFeatures(prompt_tokens=req.prompt_tokens, max_tokens=req.output_tokens, request_id=str(index))
+        features = RequestFeatures(prompt_tokens=req.prompt_tokens, max_tokens=req.output_tokens, request_id=str(index),
+                                   level=req.level)
         if not self.flights:
             self.check_busy = {name: e.busy_time for name, e in self.engines.items()}
         ticket = self.core.ticket(str(index), features, self.now)
-        f = Flight(index, req, features, ticket)
+        own = limits_for(self.limits, features)  # the request is judged at its own class's targets
+        f = Flight(index, req, features, ticket, ttft_target=own.ttft_target, tpot_target=own.tpot_target)
         self.flights.append(f)
         self.open += 1
         outcome = self.core.arrive(ticket, self.now, wake=lambda o: self._placed(f, o))
@@ -106,6 +108,7 @@ class VirtualConductor:
     def _placed(self, f: Flight, outcome: Outcome) -> None:
         if isinstance(outcome, Refusal):
             self.decisions[outcome.outcome] += 1
+            f.refusal = outcome.reason
             self._finish(f, outcome.outcome)
             return
         decision = outcome.decision
@@ -129,6 +132,7 @@ class VirtualConductor:
     def _submit(self, f: Flight, e: RunEngine, context: int, new: int, kv_ready: int = 0,
                 kv_delay: float = 0.0) -> None:
         if not e.accepts(context, new):  # the engine refuses what it cannot hold, as vLLM does
+            f.refusal = "engine_refused"
             self._finish(f, "error")
             return
         f.segment += 1
@@ -245,7 +249,10 @@ class VirtualConductor:
                 core.expire(self.now)
             elif t_deadline == t:
                 _, index = heapq.heappop(self.deadlines)
-                self._finish(self.flights[index], "timeout")
+                f = self.flights[index]
+                if not f.done:
+                    f.refusal = "request_timeout"
+                self._finish(f, "timeout")
             elif t_arrival == t:
                 index, req = arrivals.popleft()
                 self._arrive(index, req)

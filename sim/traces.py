@@ -28,6 +28,7 @@ from datetime import datetime
 from pathlib import Path
 
 from sim.arrival_grid import Replay, cell_span, grid_of, scale_keeping_bursts, spread_within_grid
+from syshaxd.routing import DEFAULT_LEVEL, ServiceLevel
 
 TRACE_FILES = {
     "azure-conv": "azure_llm_2023/AzureLLMInferenceTrace_conv.csv",
@@ -49,6 +50,7 @@ class TraceRequest:
     (a Mooncake trace's ``hash_ids``): two requests share a prefix exactly as long as their
     leading ids agree, and an engine with automatic prefix caching need not prefill what
     it still holds of it (:mod:`sim.prefix_cache`). Empty: the prompt shares nothing.
+    ``level`` is the request's service class (its targets, priority, whether it may be shed).
     """
 
     arrival: float  # seconds from the start of the run
@@ -56,6 +58,7 @@ class TraceRequest:
     output_tokens: int
     prefix: tuple[int, ...] = ()
     prefix_block: int = 512
+    level: ServiceLevel = DEFAULT_LEVEL
 
 
 def trace_dir() -> Path:

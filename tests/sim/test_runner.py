@@ -10,7 +10,7 @@ import pytest
 from sim.profile import load_profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TRACE_DIR_ENV, TraceError, TraceRequest, burst, load_trace, synthetic
-from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures, ServiceLevel
 from syshaxd.snapshot import Snapshot
 from tests.shared import shared
 
@@ -237,3 +237,36 @@ def test_the_startup_check_measures_every_engine_before_the_first_request() -> N
     blind: list[Snapshot] = []
     run(work, [GPU, CPU], watching(blind), options=RunOptions(startup_check=False))
     assert all(e.metrics.tpot_recent is None for e in blind[0].engines)
+
+
+def test_each_request_is_judged_at_its_own_class_targets_and_refusals_are_counted_by_reason() -> None:
+    batch = ServiceLevel("batch", ttft=60.0, tpot=1.0, priority=1)
+    shed = ServiceLevel("sheddable", priority=2, sheddable=True, late="refuse")
+    # Ten long prompts at once on one GPU that runs one at a time: the later ones wait for
+    # tens of seconds, past the interactive 5 s target but within the batch class's minute.
+    # The sheddable ones wait first; a full line sheds two of them, and the third is refused
+    # once it cannot meet its 5 s target (its class refuses late work).
+    work = ([TraceRequest(0.0, 2000, 200)] + [TraceRequest(0.0, 2000, 200, level=shed) for _ in range(3)]
+            + [TraceRequest(0.0, 2000, 200, level=batch) for _ in range(5)]
+            + [TraceRequest(0.0, 2000, 200) for _ in range(4)])
+
+    def one_at_a_time(snap: Snapshot, req: RequestFeatures, limits: Limits) -> Decision:
+        if snap.on("gpu")[0].inflight >= 1:
+            return Decision(None, Mode.WHOLE, None, "full")
+        return Decision("gpu", Mode.WHOLE, None, "room")
+
+    result = run(work, [GPU], one_at_a_time, options=RunOptions(max_queue=10))
+    classes = result.summary.classes
+    assert set(classes) == {"batch", "interactive", "sheddable"}
+    assert classes["sheddable"].refusals == {"shed": 2, "ttft_expired": 1} and classes["sheddable"].met == 0
+    by = {r.index: r for r in result.requests}
+    interactive = [by[i] for i in (0, 9, 10, 11, 12)]
+    batches = [by[i] for i in range(4, 9)]
+    assert all(r.outcome == "ok" for r in interactive + batches)
+    # interactive goes first (priority 0), batch after
+    assert max(r.ttft or 0.0 for r in interactive) < min(r.ttft or 0.0 for r in batches)
+    assert classes["interactive"].met == sum((r.ttft or 0.0) <= 5.0 and (r.tpot or 0.0) <= 0.2 for r in interactive)
+    assert classes["interactive"].met < 5  # the fifth interactive one waits past 5 s
+    late_but_within_a_minute = [r for r in batches if 5.0 < (r.ttft or 0.0) <= 60.0]
+    assert late_but_within_a_minute and all(r.met for r in late_but_within_a_minute)
+    assert classes["batch"].met == sum(r.met for r in batches) and classes["batch"].refusals == {}
