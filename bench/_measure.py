@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,10 @@ class Outcome:
     cpu_tokens: int = 0  # output tokens the CPU generated
     route: str = "gpu"  # gpu, cpu, split (any mix of devices), none
     outcome: str = "ok"  # ok, rejected (admission queue full), timeout, error
+    level: str = "interactive"  # its service class
+    #: Whether it met its own class's targets (the runner judges it); None: judge it at the run's targets.
+    met: bool | None = None
+    refusal: str = ""  # why it never ran or was cut short (queue_full, shed, ttft_expired, ...)
 
     @property
     def tpot(self) -> float | None:
@@ -41,7 +45,9 @@ class Outcome:
         return (self.e2e - self.ttft) / (self.output_tokens - 1) if self.output_tokens > 1 else 0.0
 
     def meets(self, ttft_target: float, tpot_target: float) -> bool:
-        """Whether the request finished within both targets."""
+        """Whether the request finished within both targets (its own class's, when the run judged it)."""
+        if self.met is not None:
+            return self.met
         tpot = self.tpot
         return self.ttft is not None and tpot is not None and self.ttft <= ttft_target and tpot <= tpot_target
 
@@ -71,6 +77,8 @@ class Summary:
     rejected: int  # admission queue full (429)
     timed_out: int  # request_timeout (504)
     gpu_preemptions: int
+    #: Per service class: requests, completed, met (its own targets), attainment, goodput, refusals by reason.
+    by_class: dict[str, dict[str, object]] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, float | int | None]:
         """Plain JSON values (None where a percentile is infinite: some request never finished)."""
@@ -141,4 +149,28 @@ def summarise(
         rejected=sum(o.outcome == "rejected" for o in outcomes),
         timed_out=sum(o.outcome == "timeout" for o in outcomes),
         gpu_preemptions=gpu_preemptions,
+        by_class=by_class(outcomes, offered, ttft_target, tpot_target),
     )
+
+
+def by_class(outcomes: Sequence[Outcome], offered: float, ttft_target: float, tpot_target: float
+             ) -> dict[str, dict[str, object]]:
+    """Per class: its requests, how many finished and met its targets, its goodput over the
+    run's window (``offered`` seconds), and its refusals by reason."""
+    out: dict[str, dict[str, object]] = {}
+    for name in sorted({o.level for o in outcomes}):
+        mine = [o for o in outcomes if o.level == name]
+        met = sum(o.meets(ttft_target, tpot_target) for o in mine)
+        refusals: dict[str, int] = {}
+        for o in mine:
+            if o.refusal:
+                refusals[o.refusal] = refusals.get(o.refusal, 0) + 1
+        finished = [o.ttft for o in mine if o.e2e is not None and o.ttft is not None]
+        out[name] = {
+            "requests": len(mine), "completed": sum(o.e2e is not None for o in mine), "met": met,
+            "attainment": met / len(mine), "goodput": met / offered,
+            "ttft_p99_finished": _finite(quantile(finished, 0.99)) if finished else None,
+            "cpu_request_share": sum(o.cpu_tokens > 0 or o.route == "cpu" for o in mine) / len(mine),
+            "refusals": dict(sorted(refusals.items())),
+        }
+    return out

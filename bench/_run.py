@@ -50,13 +50,13 @@ def execute(spec: RunSpec, requests: Sequence[Request]) -> RunResult:
         engines.append(EngineSpec("gpu0", "gpu", load_profile(spec.gpu_profile)))
     if spec.cpu_profile:
         engines.append(EngineSpec("cpu0", "cpu", load_profile(spec.cpu_profile)))
-    trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens, r.prefix) for r in requests]
+    trace = [TraceRequest(r.arrival, r.prompt_tokens, r.output_tokens, r.prefix, level=r.level) for r in requests]
     result = run(trace, engines, spec.policy, limits(spec.ttft_target, spec.tpot_target, spec.handoff),
                  RunOptions(handoff=spec.handoff))
     outcomes = [
         Outcome(arrival=r.arrival, prompt_tokens=r.prompt_tokens, output_tokens=r.output_tokens, ttft=r.ttft,
                 e2e=r.e2e if r.outcome == "ok" else None, cpu_tokens=r.cpu_tokens, route=r.route,
-                outcome=r.outcome)
+                outcome=r.outcome, level=r.level, met=r.met, refusal=r.refusal)
         for r in sorted(result.requests, key=lambda r: r.index)
     ]
     s = result.summary

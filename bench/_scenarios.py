@@ -35,8 +35,9 @@ SCENARIOS: dict[str, Scenario] = {
 POLICIES: tuple[str, ...] = ("gpu-only", "gpu-held", "round-robin", "classic", "adaptive")
 #: The policies that run on the GPU engine alone (the box's CPU switched off), and the
 #: policy function each runs: ``gpu-held`` is ``adaptive``'s admission (holding back, the
-#: deadline queue) with no CPU to send work to, a baseline a GPU-only deployment can run.
-GPU_ALONE: dict[str, str] = {"gpu-only": "gpu-only", "gpu-held": "adaptive"}
+#: deadline queue) with no CPU to send work to, a baseline a GPU-only deployment can run;
+#: ``gpu-priority`` is strict priority on the GPU (the mixed-traffic baseline).
+GPU_ALONE: dict[str, str] = {"gpu-only": "gpu-only", "gpu-held": "adaptive", "gpu-priority": "gpu-priority"}
 #: Offered rates of the sweep, as multiples of the GPU-only capacity.
 SWEEP: tuple[float, ...] = (0.5, 0.75, 1.0, 1.25, 1.5, 2.0)
 QUICK_SWEEP: tuple[float, ...] = (0.5, 1.0, 2.0)

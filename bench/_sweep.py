@@ -25,13 +25,14 @@ workers.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from bench import _workloads
+from bench import _mixed, _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
 from bench._scenarios import policy_function
@@ -68,11 +69,33 @@ class Settings:
     tpot_target: float
     handoff: Handoff
     replay: Replay = "spread"  # a trace's grid cells: spread within them, or kept as bursts
+    #: Seconds of traffic a run offers at least (0: ``requests`` alone decides): a run of
+    #: loose targets (a minute to the first token) must last long enough for its queue to
+    #: grow past them once the offered rate passes capacity.
+    window: float = 0.0
 
 
 @functools.lru_cache(maxsize=8)
 def _source(name: str, traces: Path, replay: Replay) -> _workloads.Source:
     return _workloads.load(name, traces, replay)
+
+
+def workload_requests(settings: Settings, workload: str, rate: float, count: int, seed: int
+                      ) -> list[_workloads.Request]:
+    """``count`` requests of ``workload`` (a trace's, or a mixed workload's) offered at ``rate``."""
+    if _mixed.is_mixed(workload):
+        return _mixed.mixed_requests(workload, _source("azure-conv", settings.traces, settings.replay),
+                                     _source("arxiv", settings.traces, settings.replay), rate, count, seed)
+    return _workloads.requests_at(_source(workload, settings.traces, settings.replay), rate, count, seed)
+
+
+def run_count(settings: Settings, workload: str, rate: float) -> int:
+    """Requests of one run: ``settings.requests``, or more to offer ``settings.window`` seconds of traffic
+    (a flood, which only measures throughput, keeps ``settings.requests``)."""
+    count = _workloads.run_size(workload, settings.requests)
+    if settings.window > 0 and rate < FLOOD_RATE:
+        count = max(count, math.ceil(rate * settings.window))
+    return count
 
 
 def measure_windows(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float
@@ -91,8 +114,7 @@ def median_window(windows: list[tuple[Summary, dict[str, int]]]) -> tuple[Summar
 def measure(settings: Settings, workload: str, gpu: str | None, cpu: str | None, policy: str, rate: float,
             seed: int) -> tuple[Summary, dict[str, int]]:
     """Run one policy at one offered rate on the window of ``seed``; its summary and decisions by kind."""
-    count = _workloads.run_size(workload, settings.requests)
-    reqs = _workloads.requests_at(_source(workload, settings.traces, settings.replay), rate, count, seed)
+    reqs = workload_requests(settings, workload, rate, run_count(settings, workload, rate), seed)
     spec = RunSpec(gpu_profile=gpu, cpu_profile=cpu, policy=policy_function(policy), ttft_target=settings.ttft_target,
                    tpot_target=settings.tpot_target, handoff=settings.handoff)
     result = execute(spec, reqs)
@@ -175,8 +197,7 @@ def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
     traces the prefill is most of a request's CPU time, so this is close to its capacity.
     """
     profile = load_profile(cpu)
-    reqs = _workloads.requests_at(_source(workload, settings.traces, settings.replay), 1.0, CPU_ALONE_REQUESTS,
-                                  settings.seeds[0])
+    reqs = workload_requests(settings, workload, 1.0, CPU_ALONE_REQUESTS, settings.seeds[0])
     total = sum(timing.prefill_time(profile, r.prompt_tokens)
                 + r.output_tokens * timing.decode_step_time(profile, [r.prompt_tokens + r.output_tokens // 2])
                 for r in reqs)
@@ -186,7 +207,7 @@ def cpu_service_rate(settings: Settings, workload: str, cpu: str) -> float:
 def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
     """Phase 2: ``cpu-only`` at multiples of the CPU's one-at-a-time rate; the best goodput."""
     base = cpu_service_rate(settings, workload, cpu)
-    small = replace(settings, requests=min(settings.requests, CPU_ALONE_REQUESTS))
+    small = replace(settings, requests=min(settings.requests, CPU_ALONE_REQUESTS), window=0.0)
     tried = [median_window(measure_windows(small, workload, None, cpu, "cpu-only", _sig(base * f)))[0]
              for f in CPU_FACTORS]
     best = max(tried, key=lambda s: s.goodput)

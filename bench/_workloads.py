@@ -60,6 +60,7 @@ from sim.arrival_grid import (
     spread_within_grid,
 )
 from sim.traces import MOONCAKE_BLOCK, TraceError, read_mooncake
+from syshaxd.routing import DEFAULT_LEVEL, ServiceLevel
 
 AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
@@ -101,6 +102,7 @@ class Request:
     prompt_tokens: int
     output_tokens: int
     prefix: tuple[int, ...] = ()  # the prompt's blocks of 512 tokens by hash id (Mooncake traces)
+    level: ServiceLevel = DEFAULT_LEVEL  # its service class (mixed workloads)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,13 @@ plots and the generated part of docs/benchmarks.md.
     .venv/bin/python bench/policies.py --quick         # a tiny run (seconds)
     .venv/bin/python bench/policies.py --workloads azure-conv --scenarios a100-80g+q4
     .venv/bin/python bench/policies.py --render bench/results/policies.json   # docs from a saved run
+
+With ``--mixed``, mixed traffic instead (:mod:`bench._mixed`): an interactive stream and a
+batch stream with loose targets, the batch share at 20% and 50%, goodput per class for
+adaptive with classes, gpu-priority (strict priority on the GPU alone), gpu-only and classic;
+it writes the "Mixed traffic" section of docs/benchmarks.md.
+
+    .venv/bin/python bench/policies.py --mixed --windows 2 --window 300
 """
 
 from __future__ import annotations
@@ -29,8 +36,9 @@ if __package__ in (None, ""):  # run as a script: make the repository importable
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bench import _report, _sweep
+from bench import _mixed_plan, _mixed_report, _report, _sweep
 from bench._common import results_dir
+from bench._mixed import MIXED
 from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick, uses_cpu
 from bench._workloads import HELD_OUT, MOONCAKE, WORKLOADS, WorkloadError, choose
 from sim.arrival_grid import REPLAYS
@@ -61,6 +69,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="a trace whose timestamps sit on a coarse grid: spread each cell's arrivals within it "
                    "(default), or replay each cell as the burst it was recorded as (azure-bursts always does)")
     p.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1), help="worker processes (default 2)")
+    p.add_argument("--mixed", action="store_true", help=f"mixed traffic ({', '.join(MIXED)}): goodput per class")
+    p.add_argument("--window", type=float, help="seconds of traffic each sweep run offers at least (mixed: default "
+                   f"{_mixed_plan.WINDOW_S:g}, quick 0)")
     p.add_argument("--docs", type=Path, help="update this Markdown file and its plots (default: docs/benchmarks.md on a full run)")
     p.add_argument("--no-docs", action="store_true", help="do not touch the docs")
     p.add_argument("--render", type=Path, metavar="JSON",
@@ -70,6 +81,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def build_plan(args: argparse.Namespace) -> dict[str, Any]:
     """Validated choices of the run (raises ValueError with a message for the user)."""
+    if args.mixed:
+        return mixed_plan(args)
     workloads = choose(args.workloads) if args.workloads else list(WORKLOADS)
     scenarios = pick(args.scenarios, SCENARIOS, "scenario")
     if args.quick:
@@ -98,6 +111,25 @@ def build_plan(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+def mixed_plan(args: argparse.Namespace) -> dict[str, Any]:
+    """Validated choices of a mixed-traffic run (raises ValueError with a message for the user)."""
+    workloads = [w.strip() for w in (args.workloads or ",".join(MIXED)).split(",") if w.strip()]
+    unknown = [w for w in workloads if w not in MIXED]
+    if unknown or not workloads:
+        raise ValueError(f"unknown mixed workload {', '.join(unknown) or repr(args.workloads)}; choose from "
+                         f"{', '.join(MIXED)}")
+    if args.quick:
+        workloads = workloads if args.workloads else ["mixed-50"]
+    window = args.window if args.window is not None else (0.0 if args.quick else _mixed_plan.WINDOW_S)
+    if window < 0:
+        raise ValueError(f"--window must not be negative, got {window:g}")
+    plan = build_plan(argparse.Namespace(**{**vars(args), "mixed": False, "workloads": "azure-conv"}))
+    plan.update(workloads=workloads, policies=list(_mixed_plan.POLICIES), window=window, mixed=True,
+                requests=args.requests if args.requests is not None else (60 if args.quick else 200),
+                seeds=list(range(args.seed, args.seed + (args.windows or 1))))
+    return plan
+
+
 def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Console) -> dict[str, Any]:
     """The three phases with a progress bar; the report as plain data."""
     gpus = sorted({SCENARIOS[s].gpu_profile for s in plan["scenarios"]})
@@ -108,6 +140,8 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
             bar = progress.add_task(title, total=len(tasks))
             return _sweep.run_all(tasks, jobs, lambda: progress.advance(bar))
 
+        if plan.get("mixed"):
+            return _mixed_plan.run(plan, settings, phase)
         keys1 = [(w, g) for w in plan["workloads"] for g in gpus]
         keys2 = [(w, c) for w in plan["workloads"] for c in cpus]
         first = phase("capacities and the CPU alone",
@@ -184,12 +218,14 @@ def main(argv: list[str] | None = None) -> int:
             console.print(f"[red]error:[/] {exc}")
             return 2
         settings = _sweep.Settings(args.traces.resolve(), tuple(plan["seeds"]), plan["requests"], plan["ttft_target"],
-                                   plan["tpot_target"], plan["handoff"], plan["grid_replay"])
+                                   plan["tpot_target"], plan["handoff"], plan["grid_replay"], plan.get("window", 0.0))
         try:
             report = run(plan, settings, args.jobs, console)
         except WorkloadError as exc:
             console.print(f"[red]error:[/] {exc}")
             return 2
+    if plan.get("mixed"):
+        return finish_mixed(args, report, console, t0)
     checks = add_targets(report)
     for w in plan["workloads"]:
         for s in plan["scenarios"]:
@@ -205,6 +241,26 @@ def main(argv: list[str] | None = None) -> int:
 
         written = _docs.write(report, docs, console)
         console.print(f"docs: {docs} and {len(written)} plots")
+    console.print(f"JSON: {out}  ({time.monotonic() - t0:.0f} s)")
+    return 0
+
+
+def finish_mixed(args: argparse.Namespace, report: dict[str, Any], console: Console, t0: float) -> int:
+    """Print a mixed-traffic report's tables, write its JSON and (full run) its docs section."""
+    plan = report["config"]
+    for w in plan["workloads"]:
+        for s in plan["scenarios"]:
+            console.print(_mixed_report.rich_table(report, w, s))
+        console.print(_mixed_report.checks_table(report, w))
+    out = args.out or (args.render if args.render is not None else results_dir() / "policies-mixed.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    docs = args.docs or (None if plan.get("quick") or args.no_docs else DOCS)
+    if docs is not None and not args.no_docs:
+        from bench import _mixed_docs  # matplotlib costs a second to import: only when writing docs
+
+        written = _mixed_docs.write(report, docs)
+        console.print(f"docs: {docs} (Mixed traffic) and {len(written)} plots")
     console.print(f"JSON: {out}  ({time.monotonic() - t0:.0f} s)")
     return 0
 
