@@ -10,8 +10,8 @@ request judged at its own class's targets:
 3. **The sweep**: ``POLICIES`` at multiples of the capacity, each run offering at least
    ``Settings.window`` seconds of traffic so a minute-long TTFT target can be missed.
 
-A scenario's ceiling is the GPU alone (the best total goodput of ``gpu-only`` or
-``gpu-priority`` over the points reported) plus the CPU alone, class by class. A point past
+A scenario's ceiling is the GPU alone (the best total goodput of ``GPU_ALONE`` over the
+points reported) plus the CPU alone, class by class. A point past
 capacity is reported for a class only where the run can show that class's overload
 (:func:`overload`); the rest are refused, and the tables say so.
 """
@@ -24,9 +24,12 @@ from typing import Any
 from bench import _mixed, _sweep
 from bench._scenarios import SCENARIOS, uses_cpu
 
-#: The policies compared on mixed traffic: classes with the CPU, the GPU alone in arrival
-#: order, sysHAX's rules, and strict priority on the GPU alone.
-POLICIES: tuple[str, ...] = ("adaptive", "gpu-priority", "gpu-only", "classic")
+#: The policies compared on mixed traffic: classes with the CPU; strict priority on the GPU
+#: alone; adaptive's admission on the GPU alone (the CPU switched off: what holding back adds
+#: without the CPU); the GPU alone in arrival order; sysHAX's rules.
+POLICIES: tuple[str, ...] = ("adaptive", "gpu-priority", "gpu-held", "gpu-only", "classic")
+#: The policies that run on the GPU alone: the best of them is "the GPU alone".
+GPU_ALONE: tuple[str, ...] = ("gpu-priority", "gpu-held", "gpu-only")
 #: Seconds of traffic each sweep run offers at least (``--window``).
 WINDOW_S = 300.0
 #: A class's goodput under gpu-only must fall at least this share below its peak past capacity
@@ -119,7 +122,7 @@ def block(plan: dict[str, Any], summary: str, gpu: str, cpu: str, cap: dict[str,
           cpu_alone: dict[str, dict[str, Any]], runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One scenario's results: ceilings per class, what the CPU adds, the checks."""
     seen = overload(plan, runs)
-    gpu_alone = [r for r in runs if r["policy"] in ("gpu-only", "gpu-priority")]
+    gpu_alone = [r for r in runs if r["policy"] in GPU_ALONE]
     shown = [r for r in gpu_alone if reported(seen, r["rate_factor"])]
     gpu_best = max([r["goodput"] for r in shown], default=0.0)
     by_class = {}
@@ -187,5 +190,26 @@ def checks(b: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"name": "total goodput >= 90% of the ceiling where gpu-only saturates", "wanted": ">= 90%",
                     "met": frac >= CEILING_SHARE,
                     "measured": f"{frac * 100:.1f}% at {where} ({a['goodput']:.3g} of {b['ceiling']:.3g} req/s)",
-                    "detail": lost})
+                    "detail": lost, "cause": "" if frac >= CEILING_SHARE else shortfall(b, a, factors, by)})
     return out
+
+
+def shortfall(b: dict[str, Any], a: dict[str, Any], factors: list[float], by: dict[tuple[str, float], Any]) -> str:
+    """Why adaptive's total falls short of ``CEILING_SHARE`` of the ceiling at run ``a``, in words."""
+    offered = a["offered_rate"]
+    served = a["goodput"] / offered if offered > 0 else 0.0
+    if offered < CEILING_SHARE * b["ceiling"]:
+        why = (f"the rate offered there ({offered:.3g} req/s) is below {CEILING_SHARE:.0%} of the ceiling "
+               f"({b['ceiling']:.3g}): no policy serves more than is offered; adaptive serves {served:.0%} of it")
+        past = [f for f in factors if f * b["capacity"] >= b["ceiling"] and reported(b["overload"], f)
+                and ("adaptive", f) in by]
+        if past:
+            f = min(past)
+            why += (f"; at {f:g}x, the first reported rate that offers the ceiling, adaptive reaches "
+                    f"{by[('adaptive', f)]['ceiling_fraction']:.0%} of it")
+        return why
+    worst = min(a["by_class"].items(), key=lambda kv: kv[1]["attainment"])
+    name, c = worst
+    refused = ", ".join(f"{n} {reason}" for reason, n in c["refusals"].items()) or "none refused"
+    return (f"adaptive serves {served:.0%} of the offered rate; the class that loses most is {name} "
+            f"({c['met']} of {c['requests']} within its targets; {refused})")

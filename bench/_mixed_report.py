@@ -1,7 +1,7 @@
 """Tables of the mixed-traffic benchmark: goodput per class and in total, per policy and rate.
 
 A point past capacity that the run cannot show a class's overload at is not reported for
-that class, nor in total: its cells say ``short window`` (:func:`bench._mixed_plan.overload`).
+that class, nor in total: its cells say ``not shown`` (:func:`bench._mixed_plan.overload`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from bench._mixed import CLASSES
 from bench._mixed_plan import reported
 
 Report = dict[str, Any]
-SHORT = "short window"
+SHORT = "not shown"
 
 
 def _runs(report: Report, workload: str, scenario: str) -> list[dict[str, Any]]:
@@ -80,14 +80,15 @@ def markdown_table(report: Report, workload: str, scenario: str) -> str:
 
 def summary_markdown(report: Report, workload: str) -> str:
     """Per scenario: capacity, ceilings per class, what the CPU adds, overload seen per class, the checks."""
-    head = ["scenario", "GPU-only capacity", "GPU alone best", "CPU alone (interactive / batch)", "CPU adds",
-            "adaptive best (vs GPU alone)", "overload seen (interactive / batch)", "interactive >= gpu-priority - 1%",
+    head = ["scenario", "GPU-only capacity", "GPU alone best", "CPU alone (interactive / batch)",
+            "CPU alone adds", "adaptive best (vs GPU alone)", "overload seen (interactive / batch)", "interactive >= gpu-priority - 1%",
             "total >= 90% of ceiling"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s, b in report["workloads"][workload]["scenarios"].items():
         cpu = " / ".join(f"{b['by_class'][k]['cpu_alone']:.2g}" for k in CLASSES)
         seen = " / ".join("yes" if b["overload"][k]["seen"] else "**no**" for k in CLASSES)
-        marks = [f"{'yes' if c['met'] else '**no**'}: {c['measured']}" for c in b["checks"]]
+        marks = [f"{'yes' if c['met'] else '**no**'}: {c['measured']}" + (f" -- {c['cause']}" if c.get("cause") else "")
+                 for c in b["checks"]]
         while len(marks) < 2:
             marks.insert(0, "-")
         lines.append("| " + " | ".join([
@@ -103,5 +104,6 @@ def checks_table(report: Report, workload: str) -> Table:
         table.add_column(col)
     for s, b in report["workloads"][workload]["scenarios"].items():
         for c in b["checks"]:
-            table.add_row(s, c["name"], c["measured"], "[green]yes[/]" if c["met"] else "[red]NO[/]", c.get("detail", ""))
+            detail = "; ".join(x for x in (c.get("detail", ""), c.get("cause", "")) if x)
+            table.add_row(s, c["name"], c["measured"], "[green]yes[/]" if c["met"] else "[red]NO[/]", detail)
     return table
