@@ -31,7 +31,7 @@ CPU_BATCH = "decider.cpu_max_batch_size"
 GPU_CACHE_THRESHOLD = "decider.gpu_cache_threshold"
 
 #: The order ``P`` cycles through.
-POLICIES: tuple[str, ...] = ("adaptive", "classic", "gpu-only", "cpu-only", "round-robin", "gpu-priority")
+POLICIES: tuple[str, ...] = ("adaptive", "classic", "gpu-only", "gpu-priority", "cpu-only", "round-robin")
 
 
 # ---------------------------------------------------------------------------------------
