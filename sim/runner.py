@@ -13,6 +13,11 @@ again. Engine steps between events are fast-forwarded, so 10,000 requests take s
 same inputs always give the same result. Before the first request the daemon's startup
 check runs (one short test generation per engine), so the monitor has measured every
 engine's decode speed when traffic starts, as it has live.
+
+Each request carries its service class (``TraceRequest.level``) into the core, which orders,
+sheds and refuses by it as the daemon does; the results judge each request at its own
+class's targets (:func:`syshaxd.routing.limits_for`) and count, per class, the requests,
+those that met their targets and the refusals by reason (:class:`sim.report.ClassSummary`).
 """
 
 from __future__ import annotations
