@@ -61,6 +61,7 @@ class DecisionModel(_Wire):
     #: Why it waited in line before this decision (the policy's reason when it held it, or the
     #: line ahead of it); None when it was placed on arrival.
     held: str | None = None
+    service_class: str | None = None  # the class it runs in
     # Filled in when the request ends (decision events are sent at routing time):
     outcome: str | None = None
     ttft: float | None = None
@@ -104,6 +105,15 @@ class RequestRecordModel(_Wire):
     ttft: float | None = None
     tpot: float | None = None  # (e2e - ttft) / (output_tokens - 1)
     e2e: float
+    service_class: str | None = None  # the class it ran in
+    ttft_target: float | None = None  # its own targets (the class's, or its headers'), seconds
+    tpot_target: float | None = None
+    met: bool | None = None  # answered whole within both targets (None: not answered)
+    #: What it cost (docs/service-levels.md): its share of each engine's time while the engine
+    #: held it (an engine-second split among the requests it held), in GPU-seconds and in
+    #: CPU-core-seconds.
+    gpu_seconds: float | None = None
+    cpu_core_seconds: float | None = None
 
 
 class AdviceOption(_Wire):

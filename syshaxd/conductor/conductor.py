@@ -21,15 +21,16 @@ from prometheus_client import CollectorRegistry
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
+from syshaxd.conductor.levels import level_of
 from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.sources import EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
-from syshaxd.config import Config
+from syshaxd.config import Config, ServiceLevels
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures, ServiceLevel
 from syshaxd.schema import ConductorStatsModel, DecisionModel, RequestRecordModel
 from syshaxd.snapshot import EngineState, Snapshot
 
@@ -45,11 +46,18 @@ class Route:
 
     decision: Decision
     engines: tuple[EngineClient, ...]  # one for whole, (gpu, cpu) for a split
+    service_class: str = ""  # the class it runs in
+    priority: int | None = None  # the class's priority to send the engines (service.forward_priority)
 
 
-def api_error(refusal: Refusal) -> ApiError:
-    """A refusal of the core as the client sees it."""
-    headers = {"Retry-After": str(refusal.retry_after)} if refusal.retry_after is not None else None
+def api_error(refusal: Refusal, service_class: str | None = None) -> ApiError:
+    """A refusal of the core as the client sees it: the reason also machine-readable, in
+    ``x-syshax-refused-reason`` (as GAIE's ``x-llm-d-request-dropped-reason``)."""
+    headers = {"x-syshax-refused-reason": refusal.reason}
+    if service_class:
+        headers["x-syshax-class"] = service_class
+    if refusal.retry_after is not None:
+        headers["Retry-After"] = str(refusal.retry_after)
     return ApiError(refusal.status, refusal.message, type=REFUSAL_TYPES.get(refusal.reason, "service_unavailable"),
                     headers=headers)
 
@@ -63,6 +71,7 @@ class _Inputs:
         self.monitor = monitor
         self._limits: Limits | None = None
         self._flags: dict[str, tuple[bool, bool]] = {}
+        self._service: tuple[ServiceLevels, dict[str, ServiceLevel]] | None = None
 
     @property
     def policy_name(self) -> str:
@@ -82,9 +91,17 @@ class _Inputs:
             self._limits = self.runtime.limits()
         return self._limits
 
+    def service(self) -> tuple[ServiceLevels, dict[str, ServiceLevel]]:
+        """The service section and its classes as the core sees them."""
+        if self._service is None:
+            section = self.runtime.service()
+            self._service = (section, section.levels())
+        return self._service
+
     def refresh(self) -> None:
         self._limits = None
         self._flags.clear()
+        self._service = None
 
 
 class Conductor:
@@ -104,6 +121,9 @@ class Conductor:
         self.bus = bus
         self.request_timeout = config.system.request_timeout
         self._engines = dict(engines)
+        #: What an engine-second costs: 1 GPU-second on a GPU engine, its cores on a CPU one.
+        cpu_cores = config.services.cpu.cores or os.cpu_count() or 1
+        self.cores = {name: 1 if c.device == "gpu" else cpu_cores for name, c in self._engines.items()}
         self._inputs = _Inputs(runtime, monitor)
         self.core = Scheduler(
             (EngineBook(c.name, c.device, c.spec.url, c.spec.dialect) for c in self._engines.values()),
@@ -173,6 +193,8 @@ class Conductor:
         ``process`` is the API process that took it (a worker's number, or 0: this one);
         ``age`` the seconds it spent there before it reached the conductor.
         """
+        service, levels = self._inputs.service()
+        level = level_of(service, levels, parsed)
         self.books.stats.taken(process)
         request_id = request_id or os.urandom(16).hex()
         features = RequestFeatures(
@@ -182,9 +204,12 @@ class Conductor:
             forced_mode=forced_mode,
             has_num_decode_tokens=parsed.has_num_decode_tokens,
             request_id=request_id,
+            level=level,
         )
         ticket = self.core.ticket(request_id, features, time.monotonic(), age)
         flight = BookedFlight(request_id, parsed, ticket, self)
+        if service.forward_priority:
+            flight.forward_priority = level.priority
         self.books.opened(flight)
         return flight
 
@@ -226,10 +251,11 @@ class Conductor:
 
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:
         if isinstance(outcome, Refusal):
-            raise api_error(outcome)
+            raise api_error(outcome, flight.features.level.name)
         if flight.decision is None:
             self._record(flight, outcome)
-        return Route(outcome.decision, tuple(self._engines[name] for name in outcome.engines))
+        return Route(outcome.decision, tuple(self._engines[name] for name in outcome.engines),
+                     flight.features.level.name, flight.forward_priority)
 
     def _arm_expiry(self) -> None:
         deadline = self.core.next_deadline()
@@ -261,6 +287,7 @@ class Conductor:
             est_ttft=decision.est_ttft,
             est_e2e=decision.est_e2e,
             held=flight.ticket.held if placement.waited else None,
+            service_class=flight.features.level.name,
         )
         flight.decision = model
         self.books.stats.record_decision(model)

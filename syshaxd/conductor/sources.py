@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from syshaxd.config import ServiceLevels
 from syshaxd.routing import Limits
 from syshaxd.snapshot import Snapshot
 
@@ -31,6 +32,10 @@ class RuntimeSource(Protocol):
 
     def engine_flags(self, name: str) -> tuple[bool, bool]:
         """(enabled, draining) of an engine."""
+        ...
+
+    def service(self) -> ServiceLevels:
+        """The service classes and rules now."""
         ...
 
 
