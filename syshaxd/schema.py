@@ -146,6 +146,14 @@ class AdviceModel(_Wire):
     summary: str = ""  # one sentence for people
 
 
+class ClassStatsModel(_Wire):
+    """One service class over the conductor's recent window."""
+
+    waiting: int = 0  # in line now
+    finished_per_s: float = 0.0
+    goodput_per_s: float = 0.0  # answered whole within the class's own targets
+
+
 class ConductorStatsModel(_Wire):
     """The conductor's own counters."""
 
@@ -170,6 +178,8 @@ class ConductorStatsModel(_Wire):
     #: Why the whole box is draining (``syshax drain``, SIGTERM): /health answers 503 and the
     #: daemon exits once what is in flight has finished. None while it serves normally.
     box_draining: str | None = None
+    #: Per service class: the line now and the recent finished and good requests per second.
+    classes: dict[str, ClassStatsModel] = Field(default_factory=dict)
 
 
 class NumaNodeModel(_Wire):

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -23,15 +24,15 @@ from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.levels import level_of
 from syshaxd.conductor.records import RequestLog
-from syshaxd.conductor.sources import EventSink, RuntimeSource, SnapshotSource
+from syshaxd.conductor.sources import CoreInputs, EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
-from syshaxd.config import Config, ServiceLevels
+from syshaxd.config import Config
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Limits, Mode, RequestFeatures, ServiceLevel
-from syshaxd.schema import ConductorStatsModel, DecisionModel, RequestRecordModel
+from syshaxd.routing import Decision, Mode, RequestFeatures
+from syshaxd.schema import ClassStatsModel, ConductorStatsModel, DecisionModel, RequestRecordModel
 from syshaxd.snapshot import EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
@@ -62,48 +63,6 @@ def api_error(refusal: Refusal, service_class: str | None = None) -> ApiError:
                     headers=headers)
 
 
-class _Inputs:
-    """The core's view of the daemon: the monitor's snapshot, the runtime config (limits cached
-    until the conductor hears of a change)."""
-
-    def __init__(self, runtime: RuntimeSource, monitor: SnapshotSource) -> None:
-        self.runtime = runtime
-        self.monitor = monitor
-        self._limits: Limits | None = None
-        self._flags: dict[str, tuple[bool, bool]] = {}
-        self._service: tuple[ServiceLevels, dict[str, ServiceLevel]] | None = None
-
-    @property
-    def policy_name(self) -> str:
-        return self.runtime.policy_name
-
-    def observed(self) -> Snapshot:
-        return self.monitor.snapshot()
-
-    def engine_flags(self, name: str) -> tuple[bool, bool]:
-        flags = self._flags.get(name)
-        if flags is None:
-            flags = self._flags[name] = self.runtime.engine_flags(name)
-        return flags
-
-    def limits(self) -> Limits:
-        if self._limits is None:
-            self._limits = self.runtime.limits()
-        return self._limits
-
-    def service(self) -> tuple[ServiceLevels, dict[str, ServiceLevel]]:
-        """The service section and its classes as the core sees them."""
-        if self._service is None:
-            section = self.runtime.service()
-            self._service = (section, section.levels())
-        return self._service
-
-    def refresh(self) -> None:
-        self._limits = None
-        self._flags.clear()
-        self._service = None
-
-
 class Conductor:
     """Routes requests to engines through the core and accounts for every one of them."""
 
@@ -124,7 +83,7 @@ class Conductor:
         #: What an engine-second costs: 1 GPU-second on a GPU engine, its cores on a CPU one.
         cpu_cores = config.services.cpu.cores or os.cpu_count() or 1
         self.cores = {name: 1 if c.device == "gpu" else cpu_cores for name, c in self._engines.items()}
-        self._inputs = _Inputs(runtime, monitor)
+        self._inputs = CoreInputs(runtime, monitor)
         self.core = Scheduler(
             (EngineBook(c.name, c.device, c.spec.url, c.spec.dialect) for c in self._engines.values()),
             self._inputs, queue_limit=config.system.max_queue_size, request_timeout=self.request_timeout)
@@ -137,6 +96,11 @@ class Conductor:
         self.vllm_gauges = VllmGauges(self.books.stats.registry, config.models.default)
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = 0.0
+        self.books.stats.queue_by_class = self.queue_by_class
+
+    def queue_by_class(self) -> dict[str, int]:
+        """Requests waiting in line now, by service class."""
+        return dict(Counter(ticket.features.level.name for ticket in self.core.line.waiting()))
 
     @property
     def accepting(self) -> bool:
@@ -251,6 +215,7 @@ class Conductor:
 
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:
         if isinstance(outcome, Refusal):
+            self.books.stats.record_refusal(flight.features.level.name, outcome.reason)
             raise api_error(outcome, flight.features.level.name)
         if flight.decision is None:
             self._record(flight, outcome)
@@ -383,6 +348,8 @@ class Conductor:
             loop_lag_p99=loop_lag[0],
             loop_lag_max=loop_lag[1],
             box_draining=self.box_draining,
+            classes={name: ClassStatsModel(waiting=waiting, finished_per_s=done, goodput_per_s=good)
+                     for name, (waiting, done, good) in stats.by_class().items()},
         )
 
     def box_load(self) -> BoxLoad:

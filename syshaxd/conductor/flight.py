@@ -215,11 +215,13 @@ class BookedFlight:
                 gpu += share * cores
             else:
                 cpu += share * cores
-        self.host.books.records.add(Record(
+        record = Record(
             self.request_id, time.time() - e2e, parsed.kind, parsed.stream, ticket.features.prompt_tokens,
             ticket.features.max_tokens, tokens, outcome, self.decision, ticket.seen, ticket.limits,
             ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
-            ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu))
+            ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu)
+        self.host.books.records.add(record)
+        self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

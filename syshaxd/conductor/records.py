@@ -54,11 +54,15 @@ class Record:
             return False
         return not (self.tpot_target is not None and tpot is not None and tpot > self.tpot_target)
 
+    def tpot(self) -> float | None:
+        """Seconds per output token after the first, when known."""
+        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
+            return max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        return None
+
     def model(self) -> RequestRecordModel:
         """The record on the wire."""
-        tpot = None
-        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
-            tpot = max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        tpot = self.tpot()
         inputs = [EngineInputModel(name=v.name, device=v.device, state=v.state.value, usable=v.usable,
                                    running=v.running, waiting=v.waiting, inflight=v.inflight,
                                    kv_cache_usage=v.metrics.kv_cache_usage, tpot_recent=v.metrics.tpot_recent,

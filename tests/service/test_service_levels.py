@@ -53,6 +53,8 @@ def test_the_openai_client_reads_where_its_answer_ran(stack: Stack) -> None:
     assert record["request_id"] == raw.headers["x-request-id"]
     assert (record["service_class"], record["ttft_target"], record["tpot_target"]) == ("batch", 60.0, 1.0)
     assert record["met"] is True and record["gpu_seconds"] > 0 and record["cpu_core_seconds"] == 0
+    assert stack.metric("syshax_class_goodput_total", **{"class": "batch"}) >= 1
+    assert stack.metric("syshax_class_requests_total", **{"class": "interactive"}, outcome="ok") >= 1
 
 
 def test_slo_headers_and_a_body_priority_override_the_class(stack: Stack) -> None:
@@ -116,7 +118,7 @@ def test_a_saturated_box_sheds_sheddable_work_before_interactive(make_stack: Cal
         running.start()
         assert wait_until(lambda: stack.metric("syshax_decisions_total") == 1)
         sheddable.start()
-        assert wait_until(lambda: stack.metric("syshax_queue_depth") == 1)
+        assert wait_until(lambda: stack.metric("syshax_class_queue_depth", **{"class": "sheddable"}) == 1)
         interactive.start()  # the line is full: the sheddable request gives up its place
         sheddable.join(60)
         assert wait_until(lambda: stack.metric("syshax_queue_depth") == 1)
@@ -127,6 +129,8 @@ def test_a_saturated_box_sheds_sheddable_work_before_interactive(make_stack: Cal
     assert shed[0].status_code == 429
     assert shed[0].headers["x-syshax-refused-reason"] == "shed"
     assert shed[0].headers["x-syshax-class"] == "sheddable"
+    assert stack.metric("syshax_class_refusals_total", **{"class": "sheddable"}, reason="shed") == 1
+    assert stack.metric("syshax_class_refusals_total", **{"class": "interactive"}) == 0
     assert [r.status_code for r in results] == [200, 200]
     assert {r.headers["x-syshax-class"] for r in results} == {"interactive"}
 
