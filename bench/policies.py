@@ -250,6 +250,8 @@ def finish_mixed(args: argparse.Namespace, report: dict[str, Any], console: Cons
     plan = report["config"]
     for w in plan["workloads"]:
         for s in plan["scenarios"]:
+            block = report["workloads"][w]["scenarios"][s]
+            block["checks"] = _mixed_plan.checks(block)  # a saved report is judged by the checks of today
             console.print(_mixed_report.rich_table(report, w, s))
         console.print(_mixed_report.checks_table(report, w))
     out = args.out or (args.render if args.render is not None else results_dir() / "policies-mixed.json")
