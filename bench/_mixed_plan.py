@@ -166,14 +166,19 @@ def checks(b: dict[str, Any]) -> list[dict[str, Any]]:
         a, p = by.get(("adaptive", f)), by.get(("gpu-priority", f))
         if a is None or p is None or not reported(seen, f, "interactive"):
             continue
-        ga, gp = (x["by_class"].get("interactive", {}).get("goodput", 0.0) for x in (a, p))
-        gaps.append((ga - gp * (1.0 - INTERACTIVE_SLACK), ga, gp, f))
+        # window by window: window i replays the same requests for both policies (the medians of
+        # total goodput may be different windows, whose interactive streams differ)
+        pairs = list(zip(*(x.get("class_goodput_windows", {}).get("interactive")
+                           or [x["by_class"].get("interactive", {}).get("goodput", 0.0)] for x in (a, p)), strict=False))
+        gaps += [(ga - gp * (1.0 - INTERACTIVE_SLACK), ga, gp, f, i + 1) for i, (ga, gp) in enumerate(pairs)]
     out = []
     if gaps:
-        gap, ga, gp, f = min(gaps)
-        out.append({"name": "interactive goodput: adaptive with classes >= gpu-priority - 1%, every reported rate",
-                    "wanted": ">= 99% of gpu-priority's", "met": gap >= -1e-9,
-                    "measured": f"worst {ga:.3g} vs {gp:.3g} req/s at {f:g}x"})
+        gap, ga, gp, f, i = min(gaps)
+        windows = len({g[4] for g in gaps})
+        out.append({"name": "interactive goodput: adaptive with classes >= gpu-priority - 1%, every reported rate "
+                    "and window", "wanted": ">= 99% of gpu-priority's", "met": gap >= -1e-9,
+                    "measured": f"worst {ga:.3g} vs {gp:.3g} req/s at {f:g}x" + (f", window {i} of {windows}"
+                                                                                  if windows > 1 else "")})
     ok = [f for f in factors if ("gpu-only", f) in by and by[("gpu-only", f)]["attainment"] >= 0.9]
     f = max(ok) if ok else 1.0
     a = by.get(("adaptive", f))

@@ -219,9 +219,18 @@ def cpu_alone(settings: Settings, workload: str, cpu: str) -> dict[str, Any]:
 def sweep_run(settings: Settings, workload: str, gpu: str, cpu: str | None, policy: str, factor: float, rate: float
               ) -> dict[str, Any]:
     """Phase 3: one policy at one rate of the sweep on one pair of engines."""
-    summary, decisions, goodputs = median_window(measure_windows(settings, workload, gpu, cpu, policy, rate))
-    return {"policy": policy, "rate_factor": factor, **summary.as_dict(), "decisions": decisions,
-            "goodput_windows": goodputs, "goodput_min": min(goodputs), "goodput_max": max(goodputs)}
+    windows = measure_windows(settings, workload, gpu, cpu, policy, rate)
+    summary, decisions, goodputs = median_window(windows)
+    out = {"policy": policy, "rate_factor": factor, **summary.as_dict(), "decisions": decisions,
+           "goodput_windows": goodputs, "goodput_min": min(goodputs), "goodput_max": max(goodputs)}
+    if summary.by_class:  # each class's goodput in every window (window i replays the same requests for every policy)
+        out["class_goodput_windows"] = {k: [_class_goodput(w[0], k) for w in windows] for k in summary.by_class}
+    return out
+
+
+def _class_goodput(summary: Summary, klass: str) -> float:
+    value = summary.by_class.get(klass, {}).get("goodput", 0.0)
+    return float(value) if isinstance(value, (int, float)) else 0.0
 
 
 Task = tuple[Callable[..., dict[str, Any]], tuple[Any, ...]]
