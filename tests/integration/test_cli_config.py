@@ -294,7 +294,7 @@ def test_config_bad_value_exits_2_and_leaves_the_file(cli: Cli, conf: Path) -> N
     assert proc.returncode == 2
     assert proc.stderr == (
         "syshax: decider.policy: invalid value 'fastest'; allowed: one of classic, adaptive, "
-        f"gpu-only, cpu-only, round-robin ({conf} left unchanged)\n"
+        f"gpu-only, cpu-only, round-robin, gpu-priority ({conf} left unchanged)\n"
     )
     assert conf.read_bytes() == before
 

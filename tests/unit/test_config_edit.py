@@ -138,7 +138,7 @@ BAD_EDITS: list[tuple[str, str, str]] = [
     (
         "decider.policy",
         "fastest",
-        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin",
+        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin, gpu-priority",
     ),
     ("services.gpu.endpoints", "[{port: 0}]", "services.gpu.endpoints[0].port: invalid value 0"),
     ("services.gpu.endpoints", "8003", "services.gpu.endpoints: invalid value 8003"),

@@ -47,7 +47,7 @@ CASES: list[tuple[str, str, str]] = [
         "not one of the choices",
         "decider:\n  policy: fastest\n",
         "2: decider.policy: invalid value 'fastest'; "
-        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin",
+        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin, gpu-priority",
     ),
     (
         "unknown key with a close sibling",
@@ -155,7 +155,7 @@ def test_several_problems_are_all_listed_with_their_lines(tmp_path: Path) -> Non
     assert str(err.value).splitlines() == [
         "2 problems:",
         f"  {path}:2: decider.policy: invalid value 'x'; "
-        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin",
+        "allowed: one of classic, adaptive, gpu-only, cpu-only, round-robin, gpu-priority",
         f"  {path}:3: decider.cpu_max_batch_size: invalid value -1; allowed: an integer from 0 to 4096",
     ]
     assert err.value.key == "decider.policy"
