@@ -312,11 +312,9 @@ class RuntimeConfig:
         return change
 
     def _with_runtime_values(self, values: Mapping[str, Any]) -> Config:
-        update: dict[str, BaseModel] = {}
-        for section, changes in _by_section(values).items():
-            current: BaseModel = getattr(self._config, section)
-            update[section] = current.model_copy(update=changes)
-        return self._config.model_copy(update=update)
+        # Revalidated, not copied in: a value read from a file is plain data (a class table is
+        # a dict of dicts), and the running config holds models.
+        return self._validated(values)
 
 
 def _by_section(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

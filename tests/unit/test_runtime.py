@@ -206,3 +206,14 @@ def test_reload_picks_up_flags_written_to_the_overrides_file(files: tuple[Path, 
     change = rt.reload()
     assert rt.engine_flags("gpu0") == (False, False)
     assert change.engines == {"gpu0": {"enabled": False, "draining": False}}
+
+
+def test_a_reloaded_class_table_is_models_the_conductor_can_read(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    files[0].write_text(CONFIG + "service:\n  classes:\n    interactive: {}\n    eval: {ttft_ms: 90000, priority: 3}\n"
+                        "  rules: [{class: eval, model: 'eval-*'}]\n")
+    change = rt.reload()
+    assert set(change.changed) == {"service.classes", "service.rules"}
+    levels = rt.service().levels()  # a dict of plain data here failed at the next request
+    assert levels["eval"].ttft == 90.0 and levels["eval"].priority == 3
+    assert rt.service().rules[0].class_ == "eval"
