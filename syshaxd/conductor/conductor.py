@@ -15,7 +15,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -26,6 +26,7 @@ from syshaxd.conductor.levels import level_of
 from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.sources import CoreInputs, EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
+from syshaxd.conductor.tracing import Tracing
 from syshaxd.config import Config
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
@@ -49,6 +50,7 @@ class Route:
     engines: tuple[EngineClient, ...]  # one for whole, (gpu, cpu) for a split
     service_class: str = ""  # the class it runs in
     priority: int | None = None  # the class's priority to send the engines (service.forward_priority)
+    trace: dict[str, str] = field(default_factory=dict)  # a worker's: the daemon's span, the engines' parent
 
 
 def api_error(refusal: Refusal, service_class: str | None = None) -> ApiError:
@@ -74,8 +76,11 @@ class Conductor:
         monitor: SnapshotSource,
         engines: Mapping[str, EngineClient],
         bus: EventSink | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.runtime = runtime
+        #: One span per request when ``logging.otlp_endpoint`` is set (:mod:`syshaxd.conductor.tracing`).
+        self.tracing = tracing or Tracing(None)
         self.monitor = monitor
         self.bus = bus
         self.request_timeout = config.system.request_timeout
@@ -174,6 +179,9 @@ class Conductor:
         flight = BookedFlight(request_id, parsed, ticket, self)
         if service.forward_priority:
             flight.forward_priority = level.priority
+        if self.tracing.enabled:
+            flight.span = self.tracing.start("chat" if parsed.kind == "chat" else "text_completion", parsed.model,
+                                             dict(parsed.trace), time.time_ns() - int(age * 1e9))
         self.books.opened(flight)
         return flight
 
