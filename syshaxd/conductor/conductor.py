@@ -31,6 +31,7 @@ from syshaxd.config import Config
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
+from syshaxd.policy import solo_tpot
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Decision, Mode, RequestFeatures
 from syshaxd.schema import ClassStatsModel, ConductorStatsModel, DecisionModel, RequestRecordModel
@@ -143,6 +144,12 @@ class Conductor:
     def live_snapshot(self) -> Snapshot:
         """The monitor's snapshot merged with engine flags and the core's own counts."""
         return self.core.snapshot(time.monotonic())
+
+    def fastest_tpot(self) -> dict[str, float]:
+        """Each engine's seconds per token for one request alone, from what it measured (the
+        policy's model of it); engines that measured nothing are left out."""
+        return {view.name: solo_tpot(view) for view in self.live_snapshot().engines
+                if view.metrics.tpot_recent is not None}
 
     def engine(self, name: str) -> EngineClient:
         """The engine client of a name."""

@@ -12,8 +12,7 @@ import asyncio
 from dataclasses import dataclass
 
 from syshaxd.api import ApiServer, create_api_server, create_info_app, own_paths
-from syshaxd.conductor import BookedFlight, Conductor, Dispatcher
-from syshaxd.conductor.tracing import Tracing
+from syshaxd.conductor import BookedFlight, Conductor, Dispatcher, Tracing
 from syshaxd.config import Config, RuntimeConfig, engine_specs
 from syshaxd.control import EventBus
 from syshaxd.engines import EngineClient
@@ -70,6 +69,7 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     # Capacity a request's end does not make (a scrape, a config change) lets waiters in at once.
     monitor.add_listener(lambda _snapshot: conductor.kick())
     runtime.on_change(lambda _change: conductor.kick())
+    runtime.check_service_with(conductor.fastest_tpot)
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
     info = create_info_app(conductor, list(engines.values()), config.services.conductor.load_format)
