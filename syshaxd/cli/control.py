@@ -12,7 +12,7 @@ from rich.console import Console
 
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
-from syshaxd.config import ConfigError, parse_value
+from syshaxd.config import ConfigError, display_value, parse_value
 from syshaxd.control_client import BlockingControlClient, ControlError, Forbidden, Rejected
 from syshaxd.locate import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
@@ -184,9 +184,9 @@ def cmd_save(args: argparse.Namespace) -> int:
         print(f"saved {len(change.changed)} runtime value(s) and {len(change.engines)} engine flag set(s) "
               f"to {change.path}:")
         for key, value in sorted(change.changed.items()):
-            print(f"  {key} = {_show(value)}")
+            print(f"  {key} = {display_value(value)}")
         for name, flags in sorted(change.engines.items()):
-            print(f"  engines.{name}: " + ", ".join(f"{flag}={_show(on)}" for flag, on in sorted(flags.items())))
+            print(f"  engines.{name}: " + ", ".join(f"{flag}={display_value(on)}" for flag, on in sorted(flags.items())))
     else:
         print(f"nothing differs from the config file; {change.path} now holds no overrides")
     return 0
@@ -209,17 +209,9 @@ def _print_change(change: ConfigChangeModel) -> None:
     if not change.changed and not change.engines:
         print("no change: the daemon already runs with these values")
     for key, value in sorted(change.changed.items()):
-        print(f"{key} = {_show(value)}")
+        print(f"{key} = {display_value(value)}")
     for name, flags in sorted(change.engines.items()):
         print(f"{name}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _yn(value: bool | None) -> str:
