@@ -10,7 +10,8 @@ from rich.console import Console
 
 from demo.llama import CONTEXT_LIMIT as LLAMA_CONTEXT_LIMIT
 from demo.stack import CPU_PROFILE, GPU_PROFILE, StackOptions
-from demo.workload import CONTEXT_LIMIT, TraceError, choose_trace
+from demo.workload import TraceError, choose_trace
+from sim.traces import CONTEXT_LIMIT
 from syshaxd.cli import UsageError
 from syshaxd.config import ConfigError, coerce_value, validate
 
