@@ -123,12 +123,6 @@ class Source:
             out.append(out[-1] + gap)
         return tuple(out)
 
-    @property
-    def recorded_rate(self) -> float | None:
-        """Mean requests per second as recorded (None without timestamps)."""
-        span = sum(self.gaps)
-        return len(self.gaps) / span if self.gaps and span > 0 else None
-
 
 def _fit(prompt: int, output: int) -> tuple[int, int]:
     output = max(1, min(output, CONTEXT_LIMIT - 1))
