@@ -125,12 +125,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _patch(args: argparse.Namespace, body: dict[str, Any]) -> ConfigChangeModel:
+def _ask(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """One request on a connection of its own; the daemon's JSON answer."""
     client = connect(args)
     try:
-        return ConfigChangeModel.model_validate(client.request("PATCH", "/v1/config", body))
+        return client.request(method, path, body)
     finally:
         client.close()
+
+
+def _change(args: argparse.Namespace, method: str, path: str, body: Any = None) -> ConfigChangeModel:
+    """A request that changes the running config; what changed."""
+    return ConfigChangeModel.model_validate(_ask(args, method, path, body))
 
 
 def cmd_set(args: argparse.Namespace) -> int:
@@ -139,7 +145,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     if len(pairs) % 2:
         raise UsageError(f"expected KEY VALUE pairs; {pairs[-1]!r} has no value")
     body = {pairs[i]: parse_value(pairs[i + 1]) for i in range(0, len(pairs), 2)}
-    change = _patch(args, body)
+    change = _change(args, "PATCH", "/v1/config", body)
     _print_change(change)
     if change.changed or change.engines:
         print("not saved yet: `syshax save` keeps the running values across restarts")
@@ -156,7 +162,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         "enable": {f"{key}.enabled": True, f"{key}.draining": False},
         "disable": {f"{key}.enabled": False},
     }[args.action]
-    change = _patch(args, body)
+    change = _change(args, "PATCH", "/v1/config", body)
     flags = change.engines.get(args.engine, {})
     print(f"{args.engine}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
     return 0
@@ -164,22 +170,14 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 def cmd_drain_box(args: argparse.Namespace) -> int:
     """Drain the whole box (``POST /v1/drain``): the daemon stops once in-flight requests finish."""
-    client = connect(args)
-    try:
-        answer = client.request("POST", "/v1/drain")
-    finally:
-        client.close()
+    answer = _ask(args, "POST", "/v1/drain")
     print(f"draining: {answer.get('message', '')}" if isinstance(answer, dict) else "draining")
     return 0
 
 
 def cmd_save(args: argparse.Namespace) -> int:
     """POST /v1/config/save."""
-    client = connect(args)
-    try:
-        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/config/save"))
-    finally:
-        client.close()
+    change = _change(args, "POST", "/v1/config/save")
     if change.changed or change.engines:
         print(f"saved {len(change.changed)} runtime value(s) and {len(change.engines)} engine flag set(s) "
               f"to {change.path}:")
@@ -194,11 +192,7 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     """POST /v1/reload."""
-    client = connect(args)
-    try:
-        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/reload"))
-    finally:
-        client.close()
+    change = _change(args, "POST", "/v1/reload")
     _print_change(change)
     if change.needs_restart:
         print("changed in the file but only applied on restart: " + ", ".join(change.needs_restart))
