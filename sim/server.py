@@ -40,7 +40,8 @@ from sim.realtime import Handle
 from sim.responses_answer import full_response, response_events, stream_response
 from sim.responses_request import ResponsesParams, llama_request, vllm_request
 from sim.slots import slot_action, slots_json
-from sim.stream_answer import first_event, stream_answer
+from sim.stream_answer import stream_answer
+from sim.token_stream import first_event
 from sim.utility_routes import UtilityRoutes
 
 #: What `GET /version` says (llama-server has no such route).
