@@ -16,8 +16,6 @@ from pathlib import Path
 
 import httpx
 
-from syshaxd.schema import AdviceModel
-
 SYSHAX = Path(sys.executable).parent / "syshax"
 
 
@@ -83,15 +81,3 @@ def advise(socket: Path, *args: str, timeout: float = 60) -> subprocess.Complete
     """Run ``syshax advise`` against the daemon behind the control ``socket``."""
     return subprocess.run([str(SYSHAX), "advise", "--socket", str(socket), *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
-
-
-def advice_of(socket: Path, *args: str) -> AdviceModel:
-    """``syshax advise --json``: the advice it printed.
-
-    Raises:
-        AdviseError: the command failed.
-    """
-    done = advise(socket, "--json", *args)
-    if done.returncode != 0:
-        raise AdviseError(f"syshax advise exited with {done.returncode}: {done.stderr.strip()}")
-    return AdviceModel.model_validate_json(done.stdout)

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from syshaxd.engines import DIALECTS, MetricsParseError, RateTracker
-from syshaxd.engines.llamacpp import parse_slots
+from syshaxd.engines.llamacpp import read_slots
 from syshaxd.snapshot import EngineMetrics, HistogramData
 from tests.shared import shared
 
@@ -175,7 +175,7 @@ slot = st.fixed_dictionaries(
 
 def _slots_or_reject(text: str) -> None:
     try:
-        usage = parse_slots(text)
+        usage = read_slots(text).kv_cache_usage
     except MetricsParseError as exc:
         assert str(exc)
         return
@@ -197,7 +197,7 @@ def test_slots_arbitrary_text(text: str) -> None:
 
 def test_slots_deeply_nested_json_is_a_parse_error() -> None:
     with pytest.raises(MetricsParseError):
-        parse_slots("[" * 100_000 + "]" * 100_000)
+        read_slots("[" * 100_000 + "]" * 100_000)
 
 
 counter_values = st.one_of(st.none(), st.floats(min_value=0, max_value=1e12))

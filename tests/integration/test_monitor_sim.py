@@ -196,10 +196,12 @@ async def test_a_hanging_engine_does_not_hold_up_the_rounds_for_the_others(sim_e
     settings = BACKGROUND.model_copy(update={"scrape_timeout": 600.0})
     monitor = await make_monitor([spec(stuck, "vllm-v1", "gpu0"), spec(fine, "vllm-v1", "cpu0", "cpu")],
                                  settings, background=True)
+    rounds: asyncio.Queue[Snapshot] = asyncio.Queue()
+    monitor.add_listener(rounds.put_nowait)  # as the daemon follows the rounds
     fresh: list[Snapshot] = []
     seen: set[float] = set()
     for _ in range(200):
-        snap = await monitor.next_snapshot(timeout=60)
+        snap = await asyncio.wait_for(rounds.get(), 60)
         at = view(snap, "cpu0").scraped_at
         if at is not None and at not in seen:
             seen.add(at)
@@ -216,8 +218,10 @@ async def test_a_hanging_engine_does_not_hold_up_the_rounds_for_the_others(sim_e
 async def test_background_loop_samples_the_host(sim_engine: Any, make_monitor: Any) -> None:
     engine = sim_engine("tiny", dialect="vllm-v1")
     monitor = await make_monitor([spec(engine, "vllm-v1")], BACKGROUND, background=True, sample_host=True)
-    await monitor.next_snapshot(timeout=60)
-    s = await monitor.next_snapshot(timeout=60)
+    rounds: asyncio.Queue[Snapshot] = asyncio.Queue()
+    monitor.add_listener(rounds.put_nowait)
+    await asyncio.wait_for(rounds.get(), 60)
+    s = await asyncio.wait_for(rounds.get(), 60)
     assert view(s).state is EngineState.UP
     assert len(s.host.cpu_percent) >= 1 and all(0 <= p <= 100 for p in s.host.cpu_percent)
     assert s.host.numa_nodes and sum(len(n.cpus) for n in s.host.numa_nodes) >= 1

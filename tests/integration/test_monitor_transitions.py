@@ -240,30 +240,34 @@ async def test_wrong_dialect_is_up_with_a_warning(make: Make, fake: Fake) -> Non
     assert "no vllm-v1 numbers" in (view.last_error or "")
 
 
-async def test_background_loop_notifies_listeners_and_waiters(
+async def test_background_loop_notifies_listeners_until_removed(
     make: Make, fake: Fake, caplog: pytest.LogCaptureFixture
 ) -> None:
     m = make(spec("gpu0"))
-    got: list[Snapshot] = []
-    remove = m.add_listener(got.append)
 
     def broken(snapshot: Snapshot) -> None:
         raise ZeroDivisionError("listener bug")
 
-    m.add_listener(broken)  # a broken listener must not stop the others
+    m.add_listener(broken)  # a broken listener must not stop the ones after it
+    got: list[Snapshot] = []
+    remove = m.add_listener(got.append)
+    rounds: asyncio.Queue[Snapshot] = asyncio.Queue()
+    m.add_listener(rounds.put_nowait)
     m.set_interval(0.05)
     await m.start()
-    first = await m.next_snapshot(timeout=60)
-    second = await m.next_snapshot(timeout=60)
+    first = await asyncio.wait_for(rounds.get(), 60)
+    second = await asyncio.wait_for(rounds.get(), 60)
     assert second.taken_at > first.taken_at
     for _ in range(100):  # a busy machine may answer a round or two late
         if state(second, "gpu0") is EngineState.UP:
             break
-        second = await m.next_snapshot(timeout=60)
+        second = await asyncio.wait_for(rounds.get(), 60)
     assert state(second, "gpu0") is EngineState.UP
     remove()
     count = len(got)
-    await m.next_snapshot(timeout=60)
+    while not rounds.empty():  # rounds published before remove()
+        rounds.get_nowait()
+    await asyncio.wait_for(rounds.get(), 60)
     assert len(got) == count and count >= 2
     assert "monitor listener failed" in caplog.text
     await m.stop()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import signal
 import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.plugins.ports import wait_http
+from tests.plugins.ports import stop_process, wait_http
 from tests.plugins.stack import Stack
 
 Restart = Callable[[Stack, int], subprocess.Popen[bytes]]
@@ -39,12 +38,6 @@ def restart_engine(tmp_path: Path) -> Iterator[Restart]:
 
     yield restart
     for proc in started:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=5)
+        stop_process(proc, grace=10)
     log.close()
 

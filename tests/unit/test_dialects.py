@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from syshaxd.engines import DIALECTS, MetricSet, MetricsParseError, get_dialect
-from syshaxd.engines.llamacpp import parse_slots, read_slots
+from syshaxd.engines.llamacpp import read_slots
 from syshaxd.snapshot import EngineMetrics
 from tests.shared import CHECKOUT, ENV, shared
 
@@ -177,7 +177,7 @@ def test_llamacpp_2025_06_fragment() -> None:
 
 
 def test_llamacpp_slots_capture() -> None:
-    usage = parse_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
+    usage = read_slots(fixture("llamacpp-server-slots-tiny-capture.json")).kv_cache_usage
     # 4 busy slots of n_ctx 1024; each holds its prompt plus what it decoded so far, which is
     # what a busy slot's n_prompt_tokens says (374 = a 35-token prompt + 339 decoded).
     held = 374 + 373 + 386 + 374
@@ -187,13 +187,12 @@ def test_llamacpp_slots_capture() -> None:
 def test_llamacpp_slots_capture_counts_tokens_decoded_so_far() -> None:
     reading = read_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
     assert reading.decoding_tokens == 339 + 338 + 351 + 339  # the busy slots' n_decoded
-    assert reading.kv_cache_usage == parse_slots(fixture("llamacpp-server-slots-tiny-capture.json"))
 
 
 def test_llamacpp_slots_idle_slots_hold_nothing() -> None:
     body = '[{"id":0,"n_ctx":512,"is_processing":false,"n_prompt_tokens":100},' \
            ' {"id":1,"n_ctx":512,"is_processing":true,"n_prompt_tokens":128,"next_token":[{"n_decoded":28}]}]'
-    assert parse_slots(body) == pytest.approx(128 / 1024)
+    assert read_slots(body).kv_cache_usage == pytest.approx(128 / 1024)
     assert read_slots(body).decoding_tokens == 28  # the idle slot's last request is counted already
 
 
@@ -202,7 +201,7 @@ def test_llamacpp_slots_idle_slots_hold_nothing() -> None:
 )
 def test_llamacpp_slots_bad_bodies_are_parse_errors(body: str) -> None:
     with pytest.raises(MetricsParseError):
-        parse_slots(body)
+        read_slots(body)
 
 
 def test_openai_dialect_has_no_metrics_path() -> None:

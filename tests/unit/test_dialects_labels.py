@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -10,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from syshaxd.engines import DIALECTS, MetricsParseError, get_dialect
-from syshaxd.engines.llamacpp import parse_slots
 from syshaxd.snapshot import EngineMetrics
 
 VLLM_TWO_ENGINES = """\
@@ -157,17 +155,3 @@ def test_parsers_survive_near_valid_prometheus_text(lines: list[str], name: str)
         get_dialect(name).parse("\n".join(lines))
     except MetricsParseError:
         pass
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.one_of(st.text(max_size=200), st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=5)),
-    lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(st.text(max_size=8), inner, max_size=4)),
-    max_leaves=12,
-).map(json.dumps)))
-def test_slots_parser_never_raises_anything_but_parse_errors(text: str) -> None:
-    try:
-        usage = parse_slots(text)
-    except MetricsParseError:
-        return
-    assert usage is None or 0.0 <= usage <= 1.0

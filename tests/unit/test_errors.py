@@ -9,28 +9,7 @@ from syshaxd.api.response import Response
 from syshaxd.conductor.reply import end_stream, send_error
 from syshaxd.errors import ApiError
 from syshaxd.sse import Decoder
-
-
-class Wire:
-    """A connection's side of a response: what was written, and whether it was dropped."""
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.aborted = False
-        self.done = False
-        self.writable = True
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def response_done(self, response: Response) -> None:
-        self.done = True
-
-    async def wait_writable(self) -> None:
-        return None
-
-    def abort(self) -> None:
-        self.aborted = True
+from tests.edge.wire import Wire
 
 
 def test_the_body_is_openais_error_object() -> None:
