@@ -1,7 +1,8 @@
 """The completion routes' answers on the one relay (:mod:`syshaxd.conductor.relay`), told to the flight.
 
 A streamed completion is held until its first event is in and is not an error event, then
-passed through as it comes; it went well only if ``[DONE]`` came. A whole (non-streamed)
+passed through as it comes; it went well only if ``[DONE]`` came. What the client got is
+counted on the way (:mod:`syshaxd.conductor.tally`) for the request's record. A whole (non-streamed)
 completion is read to its end and checked to be JSON before the client has a byte. An
 engine's error status before that is an early failure: a 4xx the client's fault
 (:class:`EngineRejected`), anything else worth resubmitting (:class:`EngineFailure`).
@@ -14,6 +15,7 @@ import asyncio
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import DONE_EVENT, Relay
 from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, request_id_header
+from syshaxd.conductor.tally import StreamCounter, Tally, whole_tally
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected, json_answer
 from syshaxd.errors import ApiError, engine_error_message
 from syshaxd.sse import Decoder, NotEventStream
@@ -40,7 +42,7 @@ class CompletionRelay(Relay):
     def started(self) -> None:
         self.flight.first_byte(self.up)
 
-    def passing(self) -> None:
+    def passing(self, data: bytes) -> None:
         self.flight.answering(self.up)
 
 
@@ -52,6 +54,7 @@ class StreamRelay(CompletionRelay):
         super().__init__(loop, flight, engine, reply, timeout_message)
         self._decoder = Decoder(strict=True)
         self._sniffed = 0
+        self._counter = StreamCounter()  # what the client got
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status = status
@@ -84,6 +87,10 @@ class StreamRelay(CompletionRelay):
         """The client gets the status line and what was read so far; from here bytes flow through."""
         self.commit(200, (*EVENT_STREAM, request_id_header(self.flight.request_id)), stream=True)
 
+    def passing(self, data: bytes) -> None:
+        self.flight.answering(self.up)
+        self._counter.feed(data)
+
     def verdict(self) -> tuple[str, ApiError | None]:
         if DONE_EVENT in self.tail:
             return "ok", None
@@ -99,7 +106,7 @@ class StreamRelay(CompletionRelay):
         super().on_lost(exc)
 
     def finished(self, outcome: str) -> None:
-        self.flight.finish(outcome, tokens=max(0, self.events - 2))
+        self.flight.finish(outcome, self._counter.tally())
 
     def gone_outcome(self) -> str:
         # A client that read [DONE] may close before the engine's end of the response reaches
@@ -110,7 +117,7 @@ class StreamRelay(CompletionRelay):
 class BodyRelay(CompletionRelay):
     """A whole (non-streamed) completion: read to its end, checked to be JSON, then sent."""
 
-    _tokens: int | None = None
+    _tally: Tally | None = None
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status = status
@@ -124,9 +131,7 @@ class BodyRelay(CompletionRelay):
         except EngineFailure as failure:
             self.fail_early(failure)
             return
-        usage = answer.get("usage")
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        self._tokens = tokens if isinstance(tokens, int) else None
+        self._tally = whole_tally(answer)
         self.commit(200, (*JSON, request_id_header(self.flight.request_id)), len(body), body)
 
     def started(self) -> None:
@@ -134,5 +139,5 @@ class BodyRelay(CompletionRelay):
         self.flight.release(self.up)  # the engine's part is over: a waiting request may go
 
     def finished(self, outcome: str) -> None:
-        self.flight.finish(outcome, tokens=self._tokens)
+        self.flight.finish(outcome, self._tally)
 

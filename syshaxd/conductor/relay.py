@@ -72,7 +72,6 @@ class Relay:
         self.status = 0
         self.committed = False
         self.stream = False  # the client's answer is an event stream: errors go inside it
-        self.events = 0  # ``data:`` lines passed on (streams)
         self.tail = b""  # the last bytes passed on (streams)
         self._held: list[bytes] = []  # read before the commit
         self._ended = False  # the engine's answer is complete (its connection may serve another)
@@ -151,9 +150,8 @@ class Relay:
 
     def _passed(self, data: bytes) -> None:
         if self.stream:
-            self.events += data.count(b"data:")
             self.tail = (self.tail + data)[-64:] if len(data) < 64 else data[-64:]
-        self.passing()
+        self.passing(data)
 
     def on_lost(self, exc: BaseException) -> None:
         if self._over:
@@ -180,8 +178,8 @@ class Relay:
     def started(self) -> None:
         """The client has the first bytes."""
 
-    def passing(self) -> None:
-        """More of a committed answer went to the client."""
+    def passing(self, data: bytes) -> None:
+        """More of a committed answer (``data``) went to the client."""
 
     def finished(self, outcome: str) -> None:
         """The answer is over, however it ended (once)."""
@@ -204,9 +202,10 @@ class Relay:
         if not self._ended:  # an ended answer's connection is back in the pool: never pause it
             self.reply.flow(self.exchange)
         if held and stream:
-            self.events = held.count(b"data:")
             self.tail = held[-64:]
         self.started()
+        if held and stream:
+            self.passing(held)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 
