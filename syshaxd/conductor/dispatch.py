@@ -25,6 +25,7 @@ from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
 from syshaxd.conductor.split import Split
+from syshaxd.conductor.tally import StreamCounter
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
@@ -209,14 +210,16 @@ class Dispatcher(Generic[F]):
         """Asked to stream, answered as one body (see :mod:`syshaxd.conductor.assemble`)."""
         headers = {**headers, "X-Request-Id": flight.request_id}
         response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
+        counter = StreamCounter()  # the tokens' times as read here: where a streaming client sees them
         try:
             flight.first_byte(up)  # this engine sends its headers with the first token
-            data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat"), flight.remaining())
+            data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat", counter),
+                                          flight.remaining())
         finally:
             response.close()  # also on a client disconnect: stops the engine
         flight.release(up)
         send_whole(reply, 200, data, flight.request_id)
-        flight.finish("ok")
+        flight.finish("ok", counter.tally())
 
 
 def _engine_error(failure: EngineFailure, earlier: EngineFailure | None) -> ApiError:

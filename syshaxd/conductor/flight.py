@@ -21,6 +21,7 @@ from typing import Protocol
 
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.records import Record
+from syshaxd.conductor.tally import Tally
 from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
@@ -81,8 +82,8 @@ class Flight(Protocol):
         """The whole request now runs on ``engine``."""
         ...
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
-        """The request ended (any way): release everything, once."""
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
+        """The request ended (any way): release everything, once (``tally``: what the client got)."""
         ...
 
 
@@ -172,29 +173,39 @@ class BookedFlight:
 
     # -- the end -----------------------------------------------------------------------
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
-        """The request ended (any way): release everything, record it once, log one line."""
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
+        """The request ended (any way): release everything, record it once, log one line.
+
+        ``tally``: the answer's token counts and times as the client got them; its first token
+        is the request's TTFT (else the engine's first byte is).
+        """
         if self.finished:
             return
         self.finished = True
         books = self.host.books
         now = time.monotonic()
         e2e = now - self.ticket.arrived
+        tally = tally if tally is not None else Tally()
+        if tally.first_token is not None:
+            self.ttft = max(0.0, tally.first_token - self.ticket.arrived)
+        tokens = tally.output_tokens
         if self.decision is not None:
             self.decision = books.stats.record_finish(self.decision, outcome, self.ttft, e2e)
         else:  # never placed: refused, or timed out in line
             books.stats.record_unrouted(outcome)
         self._log(outcome, e2e, tokens)
-        self._keep(outcome, e2e, tokens)
+        self._keep(outcome, e2e, tally)
         books.closed(self)
         self.host.core.finish(self.ticket, now)
 
-    def _keep(self, outcome: str, e2e: float, tokens: int | None) -> None:
+    def _keep(self, outcome: str, e2e: float, tally: Tally) -> None:
         parsed, ticket = self.parsed, self.ticket
+        prompt = tally.prompt_tokens if tally.prompt_tokens is not None else ticket.features.prompt_tokens
         self.host.books.records.add(Record(
-            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, ticket.features.prompt_tokens,
-            ticket.features.max_tokens, tokens, outcome, self.decision, ticket.seen, ticket.limits,
-            ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e))
+            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, prompt,
+            ticket.features.max_tokens, tally.output_tokens, outcome, self.decision, ticket.seen, ticket.limits,
+            ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
+            tally.output_source, tally.prompt_source or "estimate", tally.decode))
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

@@ -40,12 +40,15 @@ class Record:
     queued: float | None
     ttft: float | None
     e2e: float
+    output_source: str | None = None  # usage, timings, counted (syshaxd.conductor.tally)
+    prompt_source: str = "estimate"  # usage, timings, estimate
+    decode: float | None = None  # seconds from the first token written to the client to the last
 
     def model(self) -> RequestRecordModel:
         """The record on the wire."""
         tpot = None
-        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
-            tpot = max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        if self.decode is not None and self.output_tokens is not None and self.output_tokens > 1:
+            tpot = self.decode / (self.output_tokens - 1)
         inputs = [EngineInputModel(name=v.name, device=v.device, state=v.state.value, usable=v.usable,
                                    running=v.running, waiting=v.waiting, inflight=v.inflight,
                                    kv_cache_usage=v.metrics.kv_cache_usage, tpot_recent=v.metrics.tpot_recent,
@@ -56,7 +59,8 @@ class Record:
             prompt_tokens=self.prompt_tokens, max_tokens=self.max_tokens, output_tokens=self.output_tokens,
             outcome=self.outcome, decision=self.decision, inputs=inputs,
             limits=asdict(self.limits) if self.limits is not None else {}, queued=self.queued, ttft=self.ttft,
-            tpot=tpot, e2e=self.e2e)
+            tpot=tpot, e2e=self.e2e, output_tokens_source=self.output_source,
+            prompt_tokens_source=self.prompt_source)
 
 
 class RequestLog:

@@ -17,10 +17,12 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import astuple
 from typing import Any
 
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.ledger import decision_from, error_from
+from syshaxd.conductor.tally import Tally
 from syshaxd.conductor.wire import Wire
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
@@ -206,9 +208,11 @@ class RemoteFlight:
         """The whole request now runs on ``engine``."""
         self._ledger.send({"op": "rerouted", "f": self.fid, "e": engine.name, "why": why})
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
         """The request ended: the daemon releases what it holds and records it, once."""
         if self.finished:
             return
         self.finished = True
-        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome, "tokens": tokens})
+        # Token times go as time.monotonic() values: one clock for every process on the host.
+        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome,
+                           "tally": list(astuple(tally)) if tally is not None else None})
