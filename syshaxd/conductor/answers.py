@@ -22,6 +22,35 @@ from syshaxd.sse import Decoder, NotEventStream
 
 #: Bytes read before a stream's first event is complete, at most, before it is passed on anyway.
 SNIFF_LIMIT = 64 * 1024
+#: Dialects asked for usage on every stream (the client gets it only if it asked): their streams
+#: carry no count of their own. llama-server's last chunk has its ``timings``.
+ASK_USAGE = frozenset({"vllm-v1", "vllm-v0", "sglang"})
+_ASKED = b'"stream_options":{"include_usage":true},'
+
+
+def asks_usage(flight: Flight, engine: EngineClient) -> bool:
+    """Whether ``engine`` is asked for a stream's usage the client did not ask for: the request's
+    record then has the engine's counts, and :class:`StreamRelay` keeps the usage chunk back."""
+    parsed = flight.parsed
+    return (parsed.stream and not parsed.include_usage and engine.spec.dialect in ASK_USAGE
+            and "stream_options" not in parsed.body)
+
+
+def with_usage(body: bytes) -> bytes:
+    """The request body asking for usage on the stream (spliced in: the body is not re-encoded)."""
+    # A streamed request's body is an object with keys ("stream" at least): a key and a comma
+    # after its brace keep it valid JSON.
+    start = body.find(b"{")
+    if start < 0 or body[:start].strip():
+        return body
+    return body[:start + 1] + _ASKED + body[start + 1:]
+
+
+def _without_usage(data: bytes) -> bytes:
+    """``data`` (whole events) without the usage-only events (``choices: []``)."""
+    blocks = data.split(b"\n\n")
+    return b"\n\n".join(block for block in blocks
+                         if not (block.startswith(b"data: ") and b'"choices":[]' in block and b'"usage":{' in block))
 
 
 class CompletionRelay(Relay):
@@ -54,7 +83,9 @@ class StreamRelay(CompletionRelay):
         super().__init__(loop, flight, engine, reply, timeout_message)
         self._decoder = Decoder(strict=True)
         self._sniffed = 0
-        self._counter = StreamCounter()  # what the client got
+        self._counter = StreamCounter()  # what the engine sent, as it goes to the client
+        self._strip = asks_usage(flight, engine)  # keep back the usage the client did not ask for
+        self._partial = b""  # an event not yet complete, kept back while stripping
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status = status
@@ -87,9 +118,28 @@ class StreamRelay(CompletionRelay):
         """The client gets the status line and what was read so far; from here bytes flow through."""
         self.commit(200, (*EVENT_STREAM, request_id_header(self.flight.request_id)), stream=True)
 
-    def passing(self, data: bytes) -> None:
-        self.flight.answering(self.up)
-        self._counter.feed(data)
+    def outgoing(self, data: bytes, end: bool = False) -> bytes:
+        self._counter.feed(data)  # before stripping: the usage the client does not see counts
+        if not self._strip:
+            return data
+        if self._partial:
+            data, self._partial = self._partial + data, b""
+        if b"\r" in data:  # not LF-framed as vLLM frames it: pass all on, strip nothing
+            self._strip = False
+            return data
+        if not end:
+            cut = data.rfind(b"\n\n") + 2
+            data, self._partial = (data[:cut], data[cut:]) if cut >= 2 else (b"", data)
+        return _without_usage(data) if b'"choices":[]' in data else data
+
+    def close(self, outcome: str, error: ApiError | None = None, last: bytes = b"") -> None:
+        if self._partial:
+            # The engine's answer ended inside an event: it goes out as it came, and the one
+            # rule for a failure after the first byte sees where the stream broke.
+            kept, self._partial = self._partial, b""
+            self._passed(kept)
+            last = kept + last
+        super().close(outcome, error, last)
 
     def verdict(self) -> tuple[str, ApiError | None]:
         if DONE_EVENT in self.tail:

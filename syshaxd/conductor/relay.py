@@ -122,7 +122,9 @@ class Relay:
         if self._over:
             return
         if self.committed:
-            self.reply.write(data)
+            data = self.outgoing(data)
+            if data:
+                self.reply.write(data)
             self._passed(data)
             return
         self._held.append(data)
@@ -143,8 +145,10 @@ class Relay:
                 self.complete(b"".join(self._held))
                 if self._over or not self.committed:
                     return
-        elif last:
-            self._passed(last)
+        else:
+            last = self.outgoing(last, end=True)
+            if last:
+                self._passed(last)
         outcome, error = self.verdict()
         self.close(outcome, error, last)
 
@@ -175,6 +179,11 @@ class Relay:
         """How a committed answer that ended went: the outcome, and the error the client is told."""
         return "ok", None
 
+    def outgoing(self, data: bytes, end: bool = False) -> bytes:
+        """What of ``data``, read from a committed answer, the client gets (``end``: the engine's
+        answer is over). As it came, unless a kind keeps something back."""
+        return data
+
     def started(self) -> None:
         """The client has the first bytes."""
 
@@ -196,6 +205,8 @@ class Relay:
         flow through. ``stream``: it is an event stream, whose errors are events."""
         held = body if body is not None else b"".join(self._held)
         self._held = []
+        if stream:
+            held = self.outgoing(held, end=self._ended)
         self.committed = True
         self.stream = stream
         self.reply.start(status, headers, length, held)

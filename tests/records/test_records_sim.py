@@ -32,9 +32,11 @@ def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
     """Simulator engines in one dialect behind syshaxd (``workers``: vLLM's, two API processes)."""
     with _stack_factory(tmp_path_factory.mktemp(f"records-{request.param}")) as start:
         if request.param == "workers":
-            yield start(dialect="vllm-v1", config={"services": {"conductor": {"workers": 2}}})
+            running = start(dialect="vllm-v1", config={"services": {"conductor": {"workers": 2}}})
         else:
-            yield start(dialect=request.param)
+            running = start(dialect=request.param)
+        running.extra["dialect"] = "vllm-v1" if request.param == "workers" else request.param
+        yield running
 
 
 def _engine_prompt(stack: Stack, kind: str) -> int:
@@ -61,14 +63,26 @@ def test_a_stream_with_usage_is_recorded_with_that_usage(stack: Stack, kind: str
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_a_stream_without_usage_records_the_tokens_the_client_counted(stack: Stack, kind: str) -> None:
+def test_a_stream_without_usage_records_the_engines_counts_the_client_never_sees(stack: Stack, kind: str) -> None:
     seen = ask(stack.openai(), kind, stream=True, max_tokens=8, extra_body={"ignore_eos": True})
     rec = record(_socket(stack), seen.request_id)
     assert seen.deltas == 8  # a chat stream's role delta is not a token: the record said 9 here
-    check(rec, seen)
-    if kind == "completion" or rec.prompt_tokens_source != "estimate":
-        # Completion streams from llama-server carry usage anyway; its chat streams have timings.
-        assert rec.prompt_tokens == _engine_prompt(stack, kind)
+    if stack.extra["dialect"] == "vllm-v1" or kind == "chat":
+        # syshaxd asked vLLM for usage; the client, not asking, got none (llama-server puts
+        # usage on every completion stream itself).
+        assert seen.usage_out is None
+    check(rec, seen, engine_prompt=_engine_prompt(stack, kind))
+    assert rec.output_tokens == 8
+
+
+def test_the_usage_syshaxd_asked_for_never_reaches_a_client_that_did_not(stack: Stack) -> None:
+    body = {"model": "ds-32b", "messages": MESSAGES, "max_tokens": 5, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{stack.url}/v1/chat/completions", json=body, timeout=30) as answer:
+        raw = answer.read()
+    events = [block for block in raw.split(b"\n\n") if block]
+    assert events[-1] == b"data: [DONE]" and b'"usage":{' not in raw
+    assert all(block.startswith(b"data: {") for block in events[:-1])
+    assert sum(1 for block in events if b'"choices":[]' in block) == 0
 
 
 def test_a_chat_prompt_is_the_engines_count_with_its_template(stack: Stack) -> None:
