@@ -19,7 +19,13 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from syshaxd.conductor.answers import BodyRelay, CompletionRelay, StreamRelay
+from syshaxd.conductor.answers import (
+    BodyRelay,
+    CompletionRelay,
+    StreamRelay,
+    asks_usage,
+    with_usage,
+)
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
@@ -147,6 +153,8 @@ class Dispatcher(Generic[F]):
 
     @staticmethod
     def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:
+        if asks_usage(flight, up):  # for the record; the relay keeps it from the client
+            body = with_usage(body)
         return up.request_bytes(b"POST", flight.parsed.path, body, {**headers, "X-Request-Id": flight.request_id})
 
     def _start_now(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str], reply: Reply) -> bool:
