@@ -39,7 +39,7 @@ def test_finished_requests_are_kept_with_their_decision_inputs_and_outcome(make_
     assert (whole.stream, streamed.stream) == (False, True)
     assert whole.outcome == streamed.outcome == "ok"
     assert (whole.output_tokens, whole.output_tokens_source) == (7, "usage")
-    assert (streamed.output_tokens, streamed.output_tokens_source) == (5, "counted")  # no usage asked for
+    assert (streamed.output_tokens, streamed.output_tokens_source) == (5, "usage")  # asked of the engine by syshaxd
     assert whole.max_tokens == 7 and whole.prompt_tokens > 0
     assert whole.decision is not None and whole.decision.policy == "classic" and whole.decision.outcome == "ok"
     assert whole.decision.engine in {view.name for view in whole.inputs}
