@@ -14,7 +14,7 @@ import asyncio
 
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import DONE_EVENT, Relay
-from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, request_id_header
+from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, answer_headers
 from syshaxd.conductor.tally import StreamCounter, Tally, whole_tally
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected, json_answer
 from syshaxd.errors import ApiError, engine_error_message
@@ -116,7 +116,7 @@ class StreamRelay(CompletionRelay):
 
     def _pass_on(self) -> None:
         """The client gets the status line and what was read so far; from here bytes flow through."""
-        self.commit(200, (*EVENT_STREAM, request_id_header(self.flight.request_id)), stream=True)
+        self.commit(200, (*EVENT_STREAM, *answer_headers(self.flight)), stream=True)
 
     def outgoing(self, data: bytes, end: bool = False) -> bytes:
         self._counter.feed(data)  # before stripping: the usage the client does not see counts
@@ -182,7 +182,7 @@ class BodyRelay(CompletionRelay):
             self.fail_early(failure)
             return
         self._tally = whole_tally(answer)
-        self.commit(200, (*JSON, request_id_header(self.flight.request_id)), len(body), body)
+        self.commit(200, (*JSON, *answer_headers(self.flight)), len(body), body)
 
     def started(self) -> None:
         super().started()
