@@ -3,7 +3,7 @@
 A real syshaxd in front of simulator engines, the official openai client, and the console on
 the control socket (Textual pilot): chat streams that ran to their length show ``N/N`` (they
 showed ``N+1/N``), with the maximum the request asked for (``max_completion_tokens`` before
-``max_tokens``); the engine's prompt count shows without the estimate's ``~``.
+``max_tokens``); the engine's counts show without the ``~`` of a count or estimate of syshaxd's.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ async def test_out_of_max_shows_the_tokens_the_client_got(make_stack: Callable[.
         assert isinstance(screen, RequestsScreen)
         await wait_for(pilot, lambda: len(screen.records) == 3, "three requests listed")
         text = _screen_text(app)
-        # Counted from the deltas (no usage asked for): marked "~"; the engine's usage: plain.
-        for shown in ("~5/5", "~9/9", "6/6"):
+        # The engine's usage (syshaxd asked vLLM for it where the client did not): plain, no "~".
+        for shown in ("5/5", "9/9", "6/6"):
             assert shown in text, text
-        assert "6/50" not in text and "10/9" not in text and "6/5 " not in text
+        assert "6/50" not in text and "10/9" not in text and "6/5 " not in text and "~" not in text
         for record in screen.records:
             assert record.output_tokens is not None and record.output_tokens <= record.max_tokens
         usage = next(r for r in screen.records if r.output_tokens_source == "usage")
