@@ -83,7 +83,10 @@ class LedgerSession(Wire):
             return  # already finished (a late message after a cancel)
         if op == "first_byte":
             if flight.ttft is None:
-                flight.ttft = message["ttft"]  # the worker's clock: what its client saw
+                # When the worker's client saw it (time.monotonic(): one clock for every process on
+                # the host), from the same arrival as the request's end-to-end time.
+                at = message.get("at")
+                flight.ttft = max(0.0, at - flight.ticket.arrived) if at is not None else message["ttft"]
             flight.first_byte(self._engines[message["e"]])
         elif op == "answering":
             flight.answering(self._engines[message["e"]])

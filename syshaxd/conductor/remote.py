@@ -191,7 +191,7 @@ class RemoteFlight:
         if self.ttft is None:
             self.ttft = now - self.t0
         self._answered = now
-        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft})
+        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft, "at": now})
 
     def answering(self, engine: EngineClient) -> None:
         """The engine sent more: the daemon hears it at most once a second."""
