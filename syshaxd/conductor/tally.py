@@ -30,9 +30,6 @@ from syshaxd.sse import DONE, Decoder
 #: A key of a delta (chat) or a choice (completions) with a non-empty string value. Inside a
 #: JSON string every quote is escaped, so the pattern only ever matches a key.
 _TOKEN = re.compile(rb'"(?:content|text|reasoning_content|reasoning)":"[^"]')
-#: What an event must be parsed for (in compact JSON): usage, timings, tool calls, or JSON
-#: written with spaces, which the patterns miss. (Several choices in one event are parsed too.)
-_PARSE = (b'"usage":{', b'"timings":{', b'"tool_calls":[', b'": ')
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +124,10 @@ class StreamCounter:
     def _data(self, data: bytes, now: float) -> None:
         if data[:1] != b"{" or data == DONE:
             return
-        if (any(mark in data for mark in _PARSE) or data.count(b'"index":') > 1) and not data.startswith(b'{"error"'):
+        # Parsed as JSON only when it may hold usage, timings, tool calls or several choices, or
+        # is written with spaces (which the token pattern misses): a plain delta is judged as bytes.
+        if ((b'"usage":{' in data or b'"timings":{' in data or b'"tool_calls":[' in data or b'": ' in data
+             or data.count(b'"index":') > 1) and not data.startswith(b'{"error"')):
             try:
                 chunk = json.loads(data)
             except ValueError:
