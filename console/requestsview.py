@@ -34,18 +34,34 @@ def route_of(record: RequestRecordModel) -> str:
     return f"{d.engine or d.device}/{d.mode}"
 
 
+def prompt_cell(record: RequestRecordModel) -> str:
+    """The prompt's tokens: the engine's count, or ``~`` and syshaxd's estimate."""
+    return f"{'~' if record.prompt_tokens_source == 'estimate' else ''}{record.prompt_tokens}"
+
+
+def out_of_max(record: RequestRecordModel) -> Text:
+    """``out/max``: the engine's count (``~``: counted from the deltas the client got; ``?``:
+    unknown). A count above the maximum is a fault in the record: shown, in red, never hidden."""
+    if record.output_tokens is None:
+        return Text(f"?/{record.max_tokens}")
+    mark = "~" if record.output_tokens_source == "counted" else ""
+    text = f"{mark}{record.output_tokens}/{record.max_tokens}"
+    if record.output_tokens > record.max_tokens:
+        return Text(f"{text}!", style="bold red")
+    return Text(text)
+
+
 def request_row(record: RequestRecordModel) -> tuple[Text, ...]:
     """One row of the requests view."""
     when = time.strftime("%H:%M:%S", time.localtime(record.arrival))
     outcome = Text(record.outcome, style="green" if record.outcome in OK_OUTCOMES else "bold red")
-    out = "?" if record.output_tokens is None else str(record.output_tokens)
     reason = record.decision.reason if record.decision is not None else ""
     # The class, marked by whether its own targets were met (none: not answered).
     klass = Text(record.service_class or "-")
     if record.met is not None:
         klass.append(" ✓" if record.met else " ✗", style="green" if record.met else "bold red")
-    cells = (when, record.request_id[:12], klass, route_of(record), outcome, str(record.prompt_tokens),
-             f"{out}/{record.max_tokens}", fmt_seconds(record.queued), fmt_seconds(record.ttft),
+    cells = (when, record.request_id[:12], klass, route_of(record), outcome, prompt_cell(record),
+             out_of_max(record), fmt_seconds(record.queued), fmt_seconds(record.ttft),
              fmt_seconds(record.tpot), fmt_seconds(record.e2e), reason[:60])
     return tuple(cell if isinstance(cell, Text) else Text(cell) for cell in cells)
 
@@ -76,7 +92,8 @@ def request_detail(record: RequestRecordModel) -> RenderableType:
     happened.add_row("queued", "", fmt_seconds(record.queued))
     happened.add_row("TPOT", "", fmt_seconds(record.tpot))
     out = "?" if record.output_tokens is None else str(record.output_tokens)
-    happened.add_row("tokens", f"prompt ~{record.prompt_tokens}, max {record.max_tokens}", f"{out} out, {record.outcome}")
+    happened.add_row("tokens", f"prompt {prompt_cell(record)} ({record.prompt_tokens_source}), max {record.max_tokens}",
+                     f"{out} out ({record.output_tokens_source or 'unknown'}), {record.outcome}")
     return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _service_text(record),
                  _limits_text(record))
 

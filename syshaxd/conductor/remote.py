@@ -17,11 +17,13 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import astuple
 from typing import Any
 
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.ledger import decision_from, error_from
 from syshaxd.conductor.reply import story_headers
+from syshaxd.conductor.tally import Tally
 from syshaxd.conductor.wire import Wire
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
@@ -197,7 +199,7 @@ class RemoteFlight:
         if self.ttft is None:
             self.ttft = now - self.t0
         self._answered = now
-        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft})
+        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft, "at": now})
 
     def answering(self, engine: EngineClient) -> None:
         """The engine sent more: the daemon hears it at most once a second."""
@@ -225,9 +227,11 @@ class RemoteFlight:
         self._ledger.send({"op": "rerouted", "f": self.fid, "e": engine.name, "why": why})
         self.placed(self._class, engine.device, engine.name, Mode.WHOLE.value, why)
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
         """The request ended: the daemon releases what it holds and records it, once."""
         if self.finished:
             return
         self.finished = True
-        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome, "tokens": tokens})
+        # Token times go as time.monotonic() values: one clock for every process on the host.
+        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome,
+                           "tally": list(astuple(tally)) if tally is not None else None})

@@ -72,7 +72,7 @@ CASES: list[tuple[str, str, str]] = [
     (
         "section that is not a mapping",
         "logging: 5\n",
-        "1: logging must be a mapping of keys (level, requests_kept, requests_file, requests_file_bytes, requests_file_backups), not 5",
+        "1: logging must be a mapping of keys (level, requests_kept, requests_file, requests_file_bytes, requests_file_backups, otlp_endpoint), not 5",
     ),
     (
         "endpoint without a port",
