@@ -132,6 +132,18 @@ def judge(row: dict[str, Any]) -> list[str]:
     return misses
 
 
+def labelled(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each row with its attack's name, numbered where an attack ran more than once (``--only flood flood``)."""
+    names = [row["attack"] for row in rows]
+    seen: dict[str, int] = {}
+    out = []
+    for row in rows:
+        name = row["attack"]
+        seen[name] = seen.get(name, 0) + 1
+        out.append((f"{name} #{seen[name]}" if names.count(name) > 1 else name, row))
+    return out
+
+
 def run_drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Memory and descriptors before the first attack and after the last: what the attacks
     left behind together (each row's own baseline is the one just before it)."""
@@ -204,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{drift['rss_last_after_mb']:.1f} MB after the last ({drift['rss_growth']:+.1%}); fds "
                   f"{drift['fds_first_baseline']} -> {drift['fds_last_after']}")
     report = {"quick": args.quick, "limits": QUICK_LIMITS if args.quick else LIMITS, "rows": rows, "run": drift,
-              "misses": {row["attack"]: judge(row) for row in rows if judge(row)}}
+              "misses": {label: judge(row) for label, row in labelled(rows) if judge(row)}}
     blind = refuse_if_blind(rows)
     if blind is not None:
         report["refused"] = blind
