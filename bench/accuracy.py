@@ -133,7 +133,9 @@ def stage_advise(args: argparse.Namespace, progress: Progress) -> Report:
         return {"bound": bound, "error": f"advise reported no error for {', '.join(k for k, v in found.items() if v is None)}"}
     return {"bound": bound, "requests": load.requests, "recorded": advice.requests, "window_s": advice.window_s,
             "errors": found, "current_error": advice.current_error, "predicted": advise_stage.current_row(advice),
-            "detail": f"{advice.requests} requests over {advice.window_s:.0f} s"}
+            "refused": advice.refused,
+            "detail": f"{advice.requests} requests over {advice.window_s:.0f} s"
+                      + (", advise refused" if advice.refused else "")}
 
 
 def run(args: argparse.Namespace) -> Report:
