@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from sim.advise import check, choose, daemon, options, predict, table, window
+from sim.calibrate.identity import PROBE_ID_PREFIX
 from syshaxd.cli import CommandError, UsageError
 from syshaxd.cli.control import ControlClient, connect
 from syshaxd.routing import Limits
@@ -115,6 +116,12 @@ def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Windo
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     records = daemon.fetch_records(client, args.last)
+    # calibrate's probes measured an engine, they are not traffic (sim.calibrate.identity).
+    traffic = [r for r in records if not r.request_id.startswith(PROBE_ID_PREFIX)]
+    if len(traffic) < len(records):
+        Console(stderr=True).print(f"note: {len(records) - len(traffic)} requests of `syshax calibrate`'s probes "
+                                   "left out")
+    records = traffic
     try:
         win = window.window_of(records)
     except ValueError as exc:
