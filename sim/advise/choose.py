@@ -70,13 +70,14 @@ def _best(predictions: Sequence[Prediction], span: float, error: Mapping[str, fl
 
 
 def choose(predictions: Sequence[Prediction], current: Setting, span: float,
-           error: Mapping[str, float] | None = None, basis: str = "") -> Choice:
+           error: Mapping[str, float] | None = None, basis: str = "", gpu_slots: int | None = None) -> Choice:
     """The recommendation among ``predictions`` (one of them must be gpu-only).
 
     Args:
         error: the self-check's relative errors on the current setting (ties are options
             apart by less).
         basis: appended to the sentence in parentheses: what the advice stands on.
+        gpu_slots: what the GPU engine runs at once (labels show the limit it really runs).
     """
     error = error or {}
     tail = f" ({basis})" if basis else ""
@@ -92,7 +93,7 @@ def choose(predictions: Sequence[Prediction], current: Setting, span: float,
     if pick is None:
         pick = min(best, key=lambda i: predictions[i].setting.simplicity(current))
     chosen = predictions[pick].measured
-    stay = "the current setting" if predictions[pick].setting == current else predictions[pick].setting.label()
+    stay = "the current setting" if predictions[pick].setting == current else predictions[pick].setting.label(gpu_slots)
     if chosen.goodput > g.goodput + max(noise(g.goodput, span), abs(error.get("goodput", 0.0)) * g.goodput):
         edge = f"{chosen.goodput - g.goodput:+.2f} over GPU-only"
     else:
@@ -101,9 +102,9 @@ def choose(predictions: Sequence[Prediction], current: Setting, span: float,
                               f"within the targets, {edge}{tail}.", tuple(i for i in best if i != pick))
 
 
-def _option(p: Prediction, current: Setting, tied: bool) -> AdviceOption:
+def _option(p: Prediction, current: Setting, tied: bool, gpu_slots: int | None) -> AdviceOption:
     m = p.measured
-    return AdviceOption(label=p.setting.label(), settings=p.setting.settings(), goodput=m.goodput,
+    return AdviceOption(label=p.setting.label(gpu_slots), settings=p.setting.settings(), goodput=m.goodput,
                         throughput=m.throughput, ttft_p50=m.ttft_p50, ttft_p99=m.ttft_p99, tpot_p99=m.tpot_p99,
                         tpot_p50=m.tpot_p50, output_tps=m.output_tps, cpu_share=m.cpu_share,
                         current=p.setting == current, tied=tied)
@@ -111,13 +112,13 @@ def _option(p: Prediction, current: Setting, tied: bool) -> AdviceOption:
 
 def advice(predictions: Sequence[Prediction], current: Setting, actual: Measured, choice: Choice | None,
            profiles: dict[str, str], current_error: dict[str, float], *, refused: str | None = None,
-           error_bound: float | None = None, forced: bool = False) -> AdviceModel:
+           error_bound: float | None = None, forced: bool = False, gpu_slots: int | None = None) -> AdviceModel:
     """The advice on the wire (``POST /v1/advice``, ``--json``); no recommendation when refused."""
     tied = set(choice.tied) if choice is not None else set()
     recommend = choice is not None and (refused is None or forced)
     return AdviceModel(
         made_at=time.time(), requests=actual.requests, window_s=actual.span, profiles=profiles,
-        options=[_option(p, current, i in tied) for i, p in enumerate(predictions)],
+        options=[_option(p, current, i in tied, gpu_slots) for i, p in enumerate(predictions)],
         current_error=current_error, recommended=choice.index if recommend and choice is not None else None,
         summary=refused if refused is not None and not forced else (choice.summary if choice is not None else ""),
         refused=refused, error_bound=error_bound, forced=forced,

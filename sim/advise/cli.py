@@ -183,16 +183,18 @@ def run(args: argparse.Namespace) -> int:
             settings = options.grid(current, base, box.gpu_slots())
             rest = iter(_replay(win, [s for s in settings if s != current], base, box, how, err))
             predictions = [first if s == current else next(rest) for s in settings]
-            choice = choose.choose(predictions, current, actual.span, current_error, _basis(mine, actual))
+            choice = choose.choose(predictions, current, actual.span, current_error, _basis(mine, actual),
+                                   box.gpu_slots())
         advice = choose.advice(predictions, current, actual, choice, profiles, current_error, refused=refused,
-                               error_bound=bounds.max_error, forced=refused is not None and args.force)
+                               error_bound=bounds.max_error, forced=refused is not None and args.force,
+                               gpu_slots=box.gpu_slots())
         daemon.post_advice(client, advice)
         if args.json:
             print(advice.model_dump_json(indent=2))
         else:
             out.print(table.options_table(advice))
             out.print(table.error_table(mine, actual, current_error, bounds.max_error))
-            _notes(win, current, options.current_setting(running_policy, running), box.speed, out)
+            _notes(win, current, options.current_setting(running_policy, running), box, out)
             out.print(advice.summary, soft_wrap=True)
         if args.apply:
             _apply(client, advice, err if args.json else out)
@@ -201,11 +203,12 @@ def run(args: argparse.Namespace) -> int:
     return REFUSED if advice.recommended is None else 0
 
 
-def _notes(win: window.Window, current: options.Setting, running: options.Setting, speed: float,
+def _notes(win: window.Window, current: options.Setting, running: options.Setting, box: predict.Box,
            console: Console) -> None:
+    speed, slots = box.speed, box.gpu_slots()
     if win.settings_seen > 1:
         console.print(f"note: the window ran under {win.settings_seen} settings; the error compares the last")
     if running != current:
-        console.print(f"note: the window was recorded under {current.label()}; the daemon now runs {running.label()}")
+        console.print(f"note: the window was recorded under {current.label(slots)}; the daemon now runs {running.label(slots)}")
     if speed != 1.0:
         console.print(f"note: simulated engines at speed {speed:g}: times are wall-clock seconds, as the daemon saw them")
