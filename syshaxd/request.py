@@ -6,6 +6,7 @@ the dispatch and the handoffs read it.
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -24,6 +25,43 @@ def estimate_tokens(text: str) -> int:
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
 
 
+def dump_body(body: dict[str, Any]) -> bytes:
+    """A request body as JSON to send an engine (compact, UTF-8)."""
+    try:
+        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        # A lone surrogate ("\\ud800" is legal JSON) has no UTF-8 form: keep it escaped as sent.
+        return json.dumps(body, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceAsk:
+    """What a request asks of its service level, every part optional: a class by name
+    (``x-syshax-class``), targets that override the class's (``x-slo-ttft-ms``,
+    ``x-slo-tpot-ms``), and a priority (the body's ``priority``, vLLM's convention: lower first).
+    The conductor resolves it against the live class table."""
+
+    class_name: str | None = None
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    priority: int | None = None
+
+    def wire(self) -> list[object]:
+        """As a JSON list (the ledger's admit message)."""
+        return [self.class_name, self.ttft_ms, self.tpot_ms, self.priority]
+
+    @classmethod
+    def from_wire(cls, value: object) -> ServiceAsk:
+        """The inverse of :meth:`wire` (anything else: no ask)."""
+        if not isinstance(value, list) or len(value) != 4:
+            return NO_ASK
+        return cls(*value)
+
+
+#: A request that asks for nothing: its class comes from the rules or the default.
+NO_ASK = ServiceAsk()
+
+
 @dataclass(frozen=True)
 class ParsedRequest:
     """A validated request: its body (to forward) and what routing needs."""
@@ -37,6 +75,9 @@ class ParsedRequest:
     max_tokens: int
     prompt_tokens: int
     has_num_decode_tokens: bool
+    messages: int = 0  # chat messages (the class rules may count them)
+    temperature: float | None = None
+    ask: ServiceAsk = NO_ASK
 
     @property
     def path(self) -> str:

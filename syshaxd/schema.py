@@ -61,6 +61,7 @@ class DecisionModel(_Wire):
     #: Why it waited in line before this decision (the policy's reason when it held it, or the
     #: line ahead of it); None when it was placed on arrival.
     held: str | None = None
+    service_class: str | None = None  # the class it runs in
     # Filled in when the request ends (decision events are sent at routing time):
     outcome: str | None = None
     ttft: float | None = None
@@ -104,6 +105,15 @@ class RequestRecordModel(_Wire):
     ttft: float | None = None
     tpot: float | None = None  # (e2e - ttft) / (output_tokens - 1)
     e2e: float
+    service_class: str | None = None  # the class it ran in
+    ttft_target: float | None = None  # its own targets (the class's, or its headers'), seconds
+    tpot_target: float | None = None
+    met: bool | None = None  # answered whole within both targets (None: not answered)
+    #: What it cost (docs/service-levels.md): its share of each engine's time while the engine
+    #: held it (an engine-second split among the requests it held), in GPU-seconds and in
+    #: CPU-core-seconds.
+    gpu_seconds: float | None = None
+    cpu_core_seconds: float | None = None
 
 
 class AdviceOption(_Wire):
@@ -144,6 +154,14 @@ class AdviceModel(_Wire):
     forced: bool = False  # advised although refused (``--force``)
 
 
+class ClassStatsModel(_Wire):
+    """One service class over the conductor's recent window."""
+
+    waiting: int = 0  # in line now
+    finished_per_s: float = 0.0
+    goodput_per_s: float = 0.0  # answered whole within the class's own targets
+
+
 class ConductorStatsModel(_Wire):
     """The conductor's own counters."""
 
@@ -168,6 +186,8 @@ class ConductorStatsModel(_Wire):
     #: Why the whole box is draining (``syshax drain``, SIGTERM): /health answers 503 and the
     #: daemon exits once what is in flight has finished. None while it serves normally.
     box_draining: str | None = None
+    #: Per service class: the line now and the recent finished and good requests per second.
+    classes: dict[str, ClassStatsModel] = Field(default_factory=dict)
 
 
 class NumaNodeModel(_Wire):

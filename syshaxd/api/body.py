@@ -11,7 +11,15 @@ from typing import Any
 
 from syshaxd.config import Config
 from syshaxd.errors import ApiError
-from syshaxd.request import MESSAGE_OVERHEAD, Kind, ParsedRequest, estimate_tokens
+from syshaxd.request import (
+    MESSAGE_OVERHEAD,
+    NO_ASK,
+    Kind,
+    ParsedRequest,
+    ServiceAsk,
+    dump_body,
+    estimate_tokens,
+)
 
 
 def _bad(message: str, param: str | None = None) -> ApiError:
@@ -74,16 +82,13 @@ def _completion_prompt_tokens(prompt: Any) -> int:
     raise _bad("'prompt' must be a string, a one-element array of strings, or an array of token ids", "prompt")
 
 
-def _dump(body: dict[str, Any]) -> bytes:
-    try:
-        return json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        # A lone surrogate ("\\ud800" is legal JSON) has no UTF-8 form: keep it escaped as sent.
-        return json.dumps(body, separators=(",", ":")).encode()
-
-
-def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
+def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
+
+    ``ask`` is what the request's headers asked of its service level; the body's ``priority``
+    joins it and leaves the body (the conductor forwards the class's priority to the engines
+    only when ``service.forward_priority`` says so: an engine without priority scheduling
+    refuses the field).
 
     Raises:
         ApiError: 400 with a precise message for anything the engines could not serve.
@@ -140,11 +145,26 @@ def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
     else:
         prompt_tokens = _completion_prompt_tokens(body.get("prompt"))
 
+    temperature = body.get("temperature")
+    if temperature is not None and (isinstance(temperature, bool) or not isinstance(temperature, (int, float))):
+        raise _bad("'temperature' must be a number", "temperature")
+
+    if "priority" in body:
+        priority = body.pop("priority")
+        changed = True
+        if priority is not None:
+            if isinstance(priority, bool) or not isinstance(priority, int):
+                raise _bad(f"'priority' must be an integer (lower runs first, as in vLLM), got "
+                           f"{json.dumps(priority)[:40]}", "priority")
+            if not -1000 <= priority <= 1000:
+                raise _bad(f"'priority' must be from -1000 to 1000 (lower runs first), got {priority}", "priority")
+            ask = ServiceAsk(ask.class_name, ask.ttft_ms, ask.tpot_ms, priority)
+
     num_decode = body.get("num_decode_tokens")
     if num_decode is not None and (isinstance(num_decode, bool) or not isinstance(num_decode, int)):
         raise _bad("'num_decode_tokens' must be an integer", "num_decode_tokens")
 
-    out = _dump(body) if changed else raw
+    out = dump_body(body) if changed else raw
     return ParsedRequest(
         kind=kind,
         body=body,
@@ -155,4 +175,7 @@ def parse_request(raw: bytes, kind: Kind, config: Config) -> ParsedRequest:
         max_tokens=max_tokens,
         prompt_tokens=prompt_tokens,
         has_num_decode_tokens=num_decode is not None,
+        messages=len(body["messages"]) if kind == "chat" else 0,
+        temperature=float(temperature) if temperature is not None else None,
+        ask=ask,
     )

@@ -20,7 +20,7 @@ from syshaxd.api.server import Handler
 from syshaxd.conductor import Dispatcher
 from syshaxd.config import Config
 from syshaxd.errors import ApiError
-from syshaxd.request import Kind
+from syshaxd.request import NO_ASK, Kind, ServiceAsk
 from syshaxd.routing import Mode
 
 #: path -> (request kind, forced mode, summary for the API docs)
@@ -32,6 +32,38 @@ ROUTES: dict[str, tuple[Kind, Mode | None, str]] = {
 }
 #: A client's request id is passed on as sent when it is this tame; else one is made.
 _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:@/+=-]{1,128}$")
+#: A class name as the config allows it (syshaxd.config.classes).
+_CLASS_NAME = re.compile(rb"^[A-Za-z0-9._-]{1,64}$")
+#: An SLO header's value: milliseconds, a positive decimal number (GAIE's unit).
+_MILLISECONDS = re.compile(rb"^[0-9]{1,9}(\.[0-9]{1,3})?$")
+
+
+def service_ask(request: Request) -> ServiceAsk:
+    """What the headers ask of the request's service level.
+
+    Raises:
+        ApiError: 400 naming the header, for a malformed value.
+    """
+    name = request.header(b"x-syshax-class")
+    ttft = request.header(b"x-slo-ttft-ms")
+    tpot = request.header(b"x-slo-tpot-ms")
+    if name is None and ttft is None and tpot is None:
+        return NO_ASK
+    if name is not None and not _CLASS_NAME.match(name.strip()):
+        raise ApiError(400, f"x-syshax-class {name[:64].decode('latin-1')!r} is not a class name: letters, "
+                       "digits, '-', '_' and '.', at most 64", param="x-syshax-class", code="invalid_service_class")
+    return ServiceAsk(name.strip().decode("ascii") if name is not None else None,
+                      _milliseconds(b"x-slo-ttft-ms", ttft), _milliseconds(b"x-slo-tpot-ms", tpot))
+
+
+def _milliseconds(header: bytes, value: bytes | None) -> float | None:
+    if value is None:
+        return None
+    value = value.strip()
+    if not _MILLISECONDS.match(value) or float(value) <= 0:
+        raise ApiError(400, f"{header.decode()} {value[:40].decode('latin-1')!r}: expected a positive number of "
+                       "milliseconds, e.g. 60000", param=header.decode(), code="invalid_slo")
+    return float(value)
 
 
 def request_id(request: Request) -> str | None:
@@ -51,7 +83,7 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
                 raise ApiError(405, f"{request.method} {request.path}: Method Not Allowed", code="405",
                                headers={"Allow": "POST"})
             _check_content_type(request.header(b"content-type"))
-            parsed = parse_request(request.body, kind, config)
+            parsed = parse_request(request.body, kind, config, service_ask(request))
             return dispatcher.start(parsed, response, forced, request_id(request))
 
         return handle

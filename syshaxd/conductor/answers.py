@@ -13,7 +13,7 @@ import asyncio
 
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import DONE_EVENT, Relay
-from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, request_id_header
+from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, answer_headers
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected, json_answer
 from syshaxd.errors import ApiError, engine_error_message
 from syshaxd.sse import Decoder, NotEventStream
@@ -82,7 +82,7 @@ class StreamRelay(CompletionRelay):
 
     def _pass_on(self) -> None:
         """The client gets the status line and what was read so far; from here bytes flow through."""
-        self.commit(200, (*EVENT_STREAM, request_id_header(self.flight.request_id)), stream=True)
+        self.commit(200, (*EVENT_STREAM, *answer_headers(self.flight)), stream=True)
 
     def verdict(self) -> tuple[str, ApiError | None]:
         if DONE_EVENT in self.tail:
@@ -127,7 +127,7 @@ class BodyRelay(CompletionRelay):
         usage = answer.get("usage")
         tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
         self._tokens = tokens if isinstance(tokens, int) else None
-        self.commit(200, (*JSON, request_id_header(self.flight.request_id)), len(body), body)
+        self.commit(200, (*JSON, *answer_headers(self.flight)), len(body), body)
 
     def started(self) -> None:
         super().started()

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,16 +22,17 @@ from prometheus_client import CollectorRegistry
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.boxload import BoxLoad, VllmGauges, box_load
 from syshaxd.conductor.flight import BookedFlight
+from syshaxd.conductor.levels import level_of
 from syshaxd.conductor.records import RequestLog
-from syshaxd.conductor.sources import EventSink, RuntimeSource, SnapshotSource
+from syshaxd.conductor.sources import CoreInputs, EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
 from syshaxd.config import Config
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Limits, Mode, RequestFeatures
-from syshaxd.schema import ConductorStatsModel, DecisionModel, RequestRecordModel
+from syshaxd.routing import Decision, Mode, RequestFeatures
+from syshaxd.schema import ClassStatsModel, ConductorStatsModel, DecisionModel, RequestRecordModel
 from syshaxd.snapshot import EngineState, Snapshot
 
 log = logging.getLogger("syshaxd.conductor")
@@ -45,46 +47,20 @@ class Route:
 
     decision: Decision
     engines: tuple[EngineClient, ...]  # one for whole, (gpu, cpu) for a split
+    service_class: str = ""  # the class it runs in
+    priority: int | None = None  # the class's priority to send the engines (service.forward_priority)
 
 
-def api_error(refusal: Refusal) -> ApiError:
-    """A refusal of the core as the client sees it."""
-    headers = {"Retry-After": str(refusal.retry_after)} if refusal.retry_after is not None else None
+def api_error(refusal: Refusal, service_class: str | None = None) -> ApiError:
+    """A refusal of the core as the client sees it: the reason also machine-readable, in
+    ``x-syshax-refused-reason`` (as GAIE's ``x-llm-d-request-dropped-reason``)."""
+    headers = {"x-syshax-refused-reason": refusal.reason}
+    if service_class:
+        headers["x-syshax-class"] = service_class
+    if refusal.retry_after is not None:
+        headers["Retry-After"] = str(refusal.retry_after)
     return ApiError(refusal.status, refusal.message, type=REFUSAL_TYPES.get(refusal.reason, "service_unavailable"),
                     headers=headers)
-
-
-class _Inputs:
-    """The core's view of the daemon: the monitor's snapshot, the runtime config (limits cached
-    until the conductor hears of a change)."""
-
-    def __init__(self, runtime: RuntimeSource, monitor: SnapshotSource) -> None:
-        self.runtime = runtime
-        self.monitor = monitor
-        self._limits: Limits | None = None
-        self._flags: dict[str, tuple[bool, bool]] = {}
-
-    @property
-    def policy_name(self) -> str:
-        return self.runtime.policy_name
-
-    def observed(self) -> Snapshot:
-        return self.monitor.snapshot()
-
-    def engine_flags(self, name: str) -> tuple[bool, bool]:
-        flags = self._flags.get(name)
-        if flags is None:
-            flags = self._flags[name] = self.runtime.engine_flags(name)
-        return flags
-
-    def limits(self) -> Limits:
-        if self._limits is None:
-            self._limits = self.runtime.limits()
-        return self._limits
-
-    def refresh(self) -> None:
-        self._limits = None
-        self._flags.clear()
 
 
 class Conductor:
@@ -104,7 +80,10 @@ class Conductor:
         self.bus = bus
         self.request_timeout = config.system.request_timeout
         self._engines = dict(engines)
-        self._inputs = _Inputs(runtime, monitor)
+        #: What an engine-second costs: 1 GPU-second on a GPU engine, its cores on a CPU one.
+        cpu_cores = config.services.cpu.cores or os.cpu_count() or 1
+        self.cores = {name: 1 if c.device == "gpu" else cpu_cores for name, c in self._engines.items()}
+        self._inputs = CoreInputs(runtime, monitor)
         self.core = Scheduler(
             (EngineBook(c.name, c.device, c.spec.url, c.spec.dialect) for c in self._engines.values()),
             self._inputs, queue_limit=config.system.max_queue_size, request_timeout=self.request_timeout)
@@ -117,6 +96,11 @@ class Conductor:
         self.vllm_gauges = VllmGauges(self.books.stats.registry, config.models.default)
         self._expiry: asyncio.TimerHandle | None = None
         self._expiry_at = 0.0
+        self.books.stats.queue_by_class = self.queue_by_class
+
+    def queue_by_class(self) -> dict[str, int]:
+        """Requests waiting in line now, by service class."""
+        return dict(Counter(ticket.features.level.name for ticket in self.core.line.waiting()))
 
     @property
     def accepting(self) -> bool:
@@ -173,6 +157,8 @@ class Conductor:
         ``process`` is the API process that took it (a worker's number, or 0: this one);
         ``age`` the seconds it spent there before it reached the conductor.
         """
+        service, levels = self._inputs.service()
+        level = level_of(service, levels, parsed)
         self.books.stats.taken(process)
         request_id = request_id or os.urandom(16).hex()
         features = RequestFeatures(
@@ -182,9 +168,12 @@ class Conductor:
             forced_mode=forced_mode,
             has_num_decode_tokens=parsed.has_num_decode_tokens,
             request_id=request_id,
+            level=level,
         )
         ticket = self.core.ticket(request_id, features, time.monotonic(), age)
         flight = BookedFlight(request_id, parsed, ticket, self)
+        if service.forward_priority:
+            flight.forward_priority = level.priority
         self.books.opened(flight)
         return flight
 
@@ -226,10 +215,12 @@ class Conductor:
 
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:
         if isinstance(outcome, Refusal):
-            raise api_error(outcome)
+            self.books.stats.record_refusal(flight.features.level.name, outcome.reason)
+            raise api_error(outcome, flight.features.level.name)
         if flight.decision is None:
             self._record(flight, outcome)
-        return Route(outcome.decision, tuple(self._engines[name] for name in outcome.engines))
+        return Route(outcome.decision, tuple(self._engines[name] for name in outcome.engines),
+                     flight.features.level.name, flight.forward_priority)
 
     def _arm_expiry(self) -> None:
         deadline = self.core.next_deadline()
@@ -261,6 +252,7 @@ class Conductor:
             est_ttft=decision.est_ttft,
             est_e2e=decision.est_e2e,
             held=flight.ticket.held if placement.waited else None,
+            service_class=flight.features.level.name,
         )
         flight.decision = model
         self.books.stats.record_decision(model)
@@ -356,6 +348,8 @@ class Conductor:
             loop_lag_p99=loop_lag[0],
             loop_lag_max=loop_lag[1],
             box_draining=self.box_draining,
+            classes={name: ClassStatsModel(waiting=waiting, finished_per_s=done, goodput_per_s=good)
+                     for name, (waiting, done, good) in stats.by_class().items()},
         )
 
     def box_load(self) -> BoxLoad:

@@ -15,6 +15,7 @@ as a coroutine the caller awaits.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
@@ -23,11 +24,18 @@ from syshaxd.conductor.answers import BodyRelay, CompletionRelay, StreamRelay
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
-from syshaxd.conductor.reply import Reply, outcome_of, send_error, send_rejected, send_whole
+from syshaxd.conductor.reply import (
+    Reply,
+    answer_headers,
+    outcome_of,
+    send_error,
+    send_rejected,
+    send_whole,
+)
 from syshaxd.conductor.split import Split
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
 from syshaxd.errors import ApiError
-from syshaxd.request import ParsedRequest
+from syshaxd.request import ParsedRequest, dump_body
 from syshaxd.routing import Handoff, Mode
 
 log = logging.getLogger("syshaxd.conductor")
@@ -92,8 +100,10 @@ class Dispatcher(Generic[F]):
         except ApiError as exc:
             flight.finish(outcome_of(exc))
             raise
-        if route is not None and (route.decision.mode is Mode.WHOLE or len(route.engines) < 2):
-            if self._start_now(flight, route.engines[0], flight.parsed.raw, {}, reply):
+        if route is not None:
+            placed(flight, route)
+            if (route.decision.mode is Mode.WHOLE or len(route.engines) < 2) and \
+                    self._start_now(flight, route.engines[0], flight.parsed.raw, {}, reply):
                 return None
         return self.serve(flight, reply, route)
 
@@ -102,6 +112,7 @@ class Dispatcher(Generic[F]):
         try:
             if route is None:
                 route = await self.conductor.admit(flight)
+                placed(flight, route)
             await self._dispatch(flight, route, reply)
         except ApiError as exc:
             flight.finish(outcome_of(exc))
@@ -215,8 +226,19 @@ class Dispatcher(Generic[F]):
         finally:
             response.close()  # also on a client disconnect: stops the engine
         flight.release(up)
-        send_whole(reply, 200, data, flight.request_id)
+        send_whole(reply, 200, data, flight.request_id, story=answer_headers(flight))
         flight.finish("ok")
+
+
+def placed(flight: Flight, route: Route) -> None:
+    """The route is the flight's: its answer's headers say where it runs and why, and its body
+    carries the class's priority when the engines are to get it (``service.forward_priority``)."""
+    decision = route.decision
+    flight.placed(route.service_class, decision.device, "+".join(e.name for e in route.engines),
+                  decision.mode.value, decision.reason)
+    if route.priority is not None and route.priority != flight.parsed.body.get("priority"):
+        body = {**flight.parsed.body, "priority": route.priority}
+        flight.parsed = dataclasses.replace(flight.parsed, body=body, raw=dump_body(body))
 
 
 def _engine_error(failure: EngineFailure, earlier: EngineFailure | None) -> ApiError:

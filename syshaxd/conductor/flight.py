@@ -21,10 +21,11 @@ from typing import Protocol
 
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.records import Record
+from syshaxd.conductor.reply import story_headers
 from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
-from syshaxd.routing import Decision, Mode, RequestFeatures
+from syshaxd.routing import Decision, Limits, Mode, RequestFeatures, limits_for
 from syshaxd.schema import DecisionModel
 
 log = logging.getLogger("syshaxd.conductor")
@@ -36,6 +37,8 @@ class Host(Protocol):
 
     core: Scheduler
     books: Books
+    #: What an engine-second of each engine costs: GPU-seconds on a GPU, cores on a CPU.
+    cores: dict[str, int]
 
     def engine(self, name: str) -> EngineClient:
         """The engine client of a name."""
@@ -47,10 +50,16 @@ class Flight(Protocol):
 
     request_id: str
     parsed: ParsedRequest
+    #: The answer's headers that say where it ran and why (:func:`~syshaxd.conductor.reply.story_headers`).
+    story: tuple[tuple[bytes, bytes], ...]
 
     @property
     def features(self) -> RequestFeatures:
         """What the policy knows of the request."""
+        ...
+
+    def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
+        """Where the request runs (its answer's headers say so)."""
         ...
 
     def remaining(self) -> float:
@@ -98,6 +107,8 @@ class BookedFlight:
     decision: DecisionModel | None = None
     ttft: float | None = None
     finished: bool = False
+    forward_priority: int | None = None  # sent to the engines as the body's priority
+    story: tuple[tuple[bytes, bytes], ...] = ()
     #: Set while it waits in line: the core's outcome arrives here.
     waiter: asyncio.Future[Outcome] | None = field(default=None, repr=False)
 
@@ -119,6 +130,10 @@ class BookedFlight:
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
         return max(0.0, self.ticket.deadline - time.monotonic())
+
+    def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
+        """Where the request runs (its answer's headers say so)."""
+        self.story = story_headers(self.request_id, service_class, device, engines, mode, reason)
 
     # -- what its engines do -----------------------------------------------------------
 
@@ -169,6 +184,7 @@ class BookedFlight:
             self.decision = self.decision.model_copy(update={
                 "device": engine.device, "mode": Mode.WHOLE.value, "engine": engine.name,
                 "reason": f"{why}; {self.decision.reason}"})
+        self.placed(self.features.level.name, engine.device, engine.name, Mode.WHOLE.value, why)
 
     # -- the end -----------------------------------------------------------------------
 
@@ -191,10 +207,21 @@ class BookedFlight:
 
     def _keep(self, outcome: str, e2e: float, tokens: int | None) -> None:
         parsed, ticket = self.parsed, self.ticket
-        self.host.books.records.add(Record(
+        limits: Limits = ticket.limits or limits_for(self.host.core.inputs.limits(), ticket.features)
+        gpu = cpu = 0.0
+        for name, share in ticket.shares.items():
+            cores = self.host.cores.get(name, 1)
+            if self.host.engine(name).device == "gpu":
+                gpu += share * cores
+            else:
+                cpu += share * cores
+        record = Record(
             self.request_id, time.time() - e2e, parsed.kind, parsed.stream, ticket.features.prompt_tokens,
             ticket.features.max_tokens, tokens, outcome, self.decision, ticket.seen, ticket.limits,
-            ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e))
+            ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
+            ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu)
+        self.host.books.records.add(record)
+        self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

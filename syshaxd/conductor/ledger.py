@@ -20,7 +20,7 @@ from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.reply import outcome_of
 from syshaxd.conductor.wire import Wire
 from syshaxd.errors import ApiError
-from syshaxd.request import ParsedRequest
+from syshaxd.request import ParsedRequest, ServiceAsk
 from syshaxd.routing import Decision, Mode
 
 log = logging.getLogger("syshaxd.ledger")
@@ -103,12 +103,17 @@ class LedgerSession(Wire):
 
     def _admit(self, m: dict[str, Any]) -> None:
         fid = m["f"]
-        parsed = ParsedRequest(kind=m["kind"], body={}, raw=b"", model="", stream=m["stream"], include_usage=False,
-                               max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
-                               has_num_decode_tokens=m["num_decode"])
+        parsed = ParsedRequest(kind=m["kind"], body={}, raw=b"", model=m.get("model") or "", stream=m["stream"],
+                               include_usage=False, max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
+                               has_num_decode_tokens=m["num_decode"], messages=m.get("messages") or 0,
+                               temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")))
         forced = Mode(m["forced"]) if m.get("forced") else None
         age = float(m.get("age") or 0.0)  # time the request spent in the worker before this
-        flight = self.conductor.new_flight(parsed, forced, m["id"], process=self.worker, age=age)
+        try:
+            flight = self.conductor.new_flight(parsed, forced, m["id"], process=self.worker, age=age)
+        except ApiError as exc:  # a class the table does not have
+            self.send({"op": "refused", "f": fid, "error": error_message(exc)})
+            return
         self.flights[fid] = flight
         try:
             route = self.conductor.try_admit(flight)
@@ -132,7 +137,8 @@ class LedgerSession(Wire):
 
     def _route(self, fid: int, route: Route) -> None:
         self.send({"op": "route", "f": fid, "decision": decision_message(route.decision),
-                   "engines": [engine.name for engine in route.engines]})
+                   "engines": [engine.name for engine in route.engines], "class": route.service_class,
+                   "priority": route.priority})
 
     def _refuse(self, fid: int, flight: BookedFlight, exc: ApiError) -> None:
         self.flights.pop(fid, None)

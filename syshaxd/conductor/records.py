@@ -40,12 +40,29 @@ class Record:
     queued: float | None
     ttft: float | None
     e2e: float
+    service_class: str = ""
+    ttft_target: float | None = None
+    tpot_target: float | None = None
+    gpu_seconds: float = 0.0
+    cpu_core_seconds: float = 0.0
+
+    def met(self, tpot: float | None) -> bool | None:
+        """Whether it was answered whole within its own targets (None: not answered)."""
+        if self.outcome != "ok" or self.ttft is None:
+            return None if self.outcome != "ok" else False
+        if self.ttft_target is not None and self.ttft > self.ttft_target:
+            return False
+        return not (self.tpot_target is not None and tpot is not None and tpot > self.tpot_target)
+
+    def tpot(self) -> float | None:
+        """Seconds per output token after the first, when known."""
+        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
+            return max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        return None
 
     def model(self) -> RequestRecordModel:
         """The record on the wire."""
-        tpot = None
-        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
-            tpot = max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        tpot = self.tpot()
         inputs = [EngineInputModel(name=v.name, device=v.device, state=v.state.value, usable=v.usable,
                                    running=v.running, waiting=v.waiting, inflight=v.inflight,
                                    kv_cache_usage=v.metrics.kv_cache_usage, tpot_recent=v.metrics.tpot_recent,
@@ -56,7 +73,9 @@ class Record:
             prompt_tokens=self.prompt_tokens, max_tokens=self.max_tokens, output_tokens=self.output_tokens,
             outcome=self.outcome, decision=self.decision, inputs=inputs,
             limits=asdict(self.limits) if self.limits is not None else {}, queued=self.queued, ttft=self.ttft,
-            tpot=tpot, e2e=self.e2e)
+            tpot=tpot, e2e=self.e2e, service_class=self.service_class or None, ttft_target=self.ttft_target,
+            tpot_target=self.tpot_target, met=self.met(tpot), gpu_seconds=round(self.gpu_seconds, 6),
+            cpu_core_seconds=round(self.cpu_core_seconds, 6))
 
 
 class RequestLog:

@@ -21,6 +21,7 @@ from typing import Any
 
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.ledger import decision_from, error_from
+from syshaxd.conductor.reply import story_headers
 from syshaxd.conductor.wire import Wire
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
@@ -79,6 +80,7 @@ class RemoteConductor(Wire):
         p = flight.parsed
         self.send({"op": "admit", "f": flight.fid, "id": flight.request_id, "kind": p.kind, "stream": p.stream,
                    "max_tokens": p.max_tokens, "prompt_tokens": p.prompt_tokens, "num_decode": p.has_num_decode_tokens,
+                   "model": p.model, "messages": p.messages, "temperature": p.temperature, "ask": p.ask.wire(),
                    "forced": flight.features.forced_mode.value if flight.features.forced_mode else None,
                    "age": time.monotonic() - flight.t0})
         try:
@@ -130,7 +132,8 @@ class RemoteConductor(Wire):
             route = self._waiting.get(message["f"])
             if route is not None and not route.done():
                 engines = tuple(self.engines[name] for name in message["engines"])
-                route.set_result(Route(decision_from(message["decision"]), engines))
+                route.set_result(Route(decision_from(message["decision"]), engines, message.get("class") or "",
+                                       message.get("priority")))
         elif op == "refused":
             refused = self._waiting.get(message["f"])
             if refused is not None and not refused.done():
@@ -153,8 +156,8 @@ class RemoteConductor(Wire):
 class RemoteFlight:
     """A request a worker serves; every change to the books goes to the daemon."""
 
-    __slots__ = ("_answered", "_ledger", "deadline", "features", "fid", "finished", "parsed", "request_id", "t0",
-                 "ttft")
+    __slots__ = ("_answered", "_class", "_ledger", "deadline", "features", "fid", "finished", "parsed", "request_id",
+                 "story", "t0", "ttft")
 
     def __init__(self, ledger: RemoteConductor, fid: int, request_id: str, parsed: ParsedRequest,
                  features: RequestFeatures, deadline: float) -> None:
@@ -168,6 +171,13 @@ class RemoteFlight:
         self.ttft: float | None = None
         self.finished = False
         self._answered = 0.0
+        self._class = ""
+        self.story: tuple[tuple[bytes, bytes], ...] = ()
+
+    def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
+        """Where the request runs (its answer's headers say so)."""
+        self._class = service_class
+        self.story = story_headers(self.request_id, service_class, device, engines, mode, reason)
 
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
@@ -205,6 +215,7 @@ class RemoteFlight:
     def rerouted(self, engine: EngineClient, why: str) -> None:
         """The whole request now runs on ``engine``."""
         self._ledger.send({"op": "rerouted", "f": self.fid, "e": engine.name, "why": why})
+        self.placed(self._class, engine.device, engine.name, Mode.WHOLE.value, why)
 
     def finish(self, outcome: str, tokens: int | None = None) -> None:
         """The request ended: the daemon releases what it holds and records it, once."""

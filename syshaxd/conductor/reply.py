@@ -81,9 +81,33 @@ def request_id_header(request_id: str) -> tuple[bytes, bytes]:
     return (b"x-request-id", request_id.encode("latin-1", "replace"))
 
 
-def send_whole(reply: Reply, status: int, body: bytes, request_id: str, headers: Headers = JSON) -> None:
-    """A complete answer of known length."""
-    reply.start(status, (*headers, request_id_header(request_id)), len(body), body)
+def story_headers(request_id: str, service_class: str, device: str | None, engine: str, mode: str,
+                  reason: str) -> tuple[tuple[bytes, bytes], ...]:
+    """Where an answer ran and why, for the client: ``x-request-id`` and the ``x-syshax-class``,
+    ``-device``, ``-engine``, ``-mode`` and ``-reason`` headers (the reason in printable ASCII,
+    at most 160 characters)."""
+    tame = "".join(c if " " <= c <= "~" else "?" for c in reason[:160])
+    return (request_id_header(request_id), (b"x-syshax-class", service_class.encode("latin-1", "replace")),
+            (b"x-syshax-device", (device or "-").encode()), (b"x-syshax-engine", engine.encode("latin-1", "replace")),
+            (b"x-syshax-mode", mode.encode()), (b"x-syshax-reason", tame.encode("ascii")))
+
+
+class Told(Protocol):
+    """A request whose answer carries its story (a flight)."""
+
+    request_id: str
+    story: tuple[tuple[bytes, bytes], ...]
+
+
+def answer_headers(flight: Told) -> tuple[tuple[bytes, bytes], ...]:
+    """The headers every answer of ``flight`` carries: its story once placed, its id always."""
+    return flight.story or (request_id_header(flight.request_id),)
+
+
+def send_whole(reply: Reply, status: int, body: bytes, request_id: str, headers: Headers = JSON,
+               story: Headers = ()) -> None:
+    """A complete answer of known length (``story``: the request's :func:`answer_headers`)."""
+    reply.start(status, (*headers, *(story or (request_id_header(request_id),))), len(body), body)
     reply.end()
 
 

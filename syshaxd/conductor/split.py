@@ -28,7 +28,7 @@ from syshaxd.conductor.handoff import (
 from syshaxd.conductor.reply import (
     EVENT_STREAM,
     Reply,
-    request_id_header,
+    answer_headers,
     send_rejected,
     send_whole,
 )
@@ -108,7 +108,7 @@ class Split:
             raise self._timeout() from None
         writer = ChunkWriter(parsed.kind == "chat", flight.request_id, parsed.model)
         if parsed.stream:
-            reply.start(200, (*EVENT_STREAM, request_id_header(flight.request_id)))
+            reply.start(200, (*EVENT_STREAM, *answer_headers(flight)))
             await _merged_stream(flight, writer, first, pieces, reply, close_later)
             return
         try:
@@ -124,7 +124,8 @@ class Split:
         finally:
             close_later(_aclose(pieces))
         body = writer.whole(text, reasoning, finish, prompt, completion)
-        send_whole(reply, 200, json.dumps(body, ensure_ascii=False).encode(), flight.request_id)
+        send_whole(reply, 200, json.dumps(body, ensure_ascii=False).encode(), flight.request_id,
+                   story=answer_headers(flight))
         flight.finish("ok", tokens=completion)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,20 @@ class Stats:
         self.m_engine_state = Gauge(
             "syshax_engine_state", "1 for the engine's current state", ["engine", "state"], registry=r
         )
+        self.m_class_requests = PromCounter(
+            "syshax_class_requests", "Requests by service class and outcome", ["class", "outcome"], registry=r)
+        self.m_class_goodput = PromCounter(
+            "syshax_class_goodput", "Requests answered whole within their own class's targets", ["class"], registry=r)
+        self.m_class_refused = PromCounter(
+            "syshax_class_refusals", "Requests refused by service class and reason (shed, queue_full, "
+            "ttft_expired, no_engine, stopping, queue_timeout)", ["class", "reason"], registry=r)
+        self.m_class_queue = Gauge("syshax_class_queue_depth", "Requests waiting for capacity, by service class",
+                                   ["class"], registry=r)
+        #: (time.time(), class, met) of recent finishes: goodput per class over the window.
+        self.class_finishes: deque[tuple[float, str, bool]] = deque(maxlen=8192)
+        #: Requests waiting now, by class (the conductor sets it: the core's line).
+        self.queue_by_class: Callable[[], Mapping[str, int]] = dict
+        self._queued_classes: set[str] = set()
 
         # A labelled series looked up once, then kept: labels() costs more than the increment.
         self._series: dict[tuple[object, ...], Any] = {}
@@ -127,6 +142,30 @@ class Stats:
         self.resubmits_total += 1
         self.m_resubmits.inc()
 
+    def record_class(self, service_class: str, outcome: str, met: bool | None, now: float | None = None) -> None:
+        """Count a finished request of a class, and whether it met its own targets."""
+        self._series_of(self.m_class_requests, service_class, outcome).inc()
+        if met:
+            self._series_of(self.m_class_goodput, service_class).inc()
+        self.class_finishes.append((time.time() if now is None else now, service_class, bool(met)))
+
+    def record_refusal(self, service_class: str, reason: str) -> None:
+        """Count a request the core refused (its reason: the ``x-syshax-refused-reason`` header)."""
+        self._series_of(self.m_class_refused, service_class, reason).inc()
+
+    def by_class(self, now: float | None = None) -> dict[str, tuple[int, float, float]]:
+        """Per class over the window: (waiting now, finished/s, goodput/s)."""
+        now = time.time() if now is None else now
+        finished: Counter[str] = Counter()
+        met: Counter[str] = Counter()
+        for t, name, good in self.class_finishes:
+            if now - t <= self.window_s:
+                finished[name] += 1
+                met[name] += good
+        waiting = self.queue_by_class()
+        names = sorted(set(finished) | set(waiting))
+        return {n: (waiting.get(n, 0), finished[n] / self.window_s, met[n] / self.window_s) for n in names}
+
     def record_unrouted(self, outcome: str) -> None:
         """Count a request that ended before any engine was chosen (queue timeout, shutdown)."""
         self.by_outcome[outcome] += 1
@@ -155,4 +194,8 @@ class Stats:
 
     def exposition(self) -> bytes:
         """Prometheus text of the conductor's own metrics."""
+        waiting = self.queue_by_class()
+        self._queued_classes.update(waiting)
+        for name in self._queued_classes:  # a class no longer waiting reads 0
+            self._series_of(self.m_class_queue, name).set(waiting.get(name, 0))
         return generate_latest(self.registry)

@@ -81,6 +81,8 @@ class CpuService(DeviceService):
 
     port: int = Field(default=8002, ge=1, le=65535, description="Engine port")
     name: str | None = Field(default="cpu0", description="Name of the main engine in the console and logs")
+    cores: int | None = Field(default=None, ge=1, le=4096, description="Cores each CPU engine runs on, for the cost "
+                              "of a request in CPU-core-seconds (null: this machine's)")
 
 
 class ConductorService(_Strict):

@@ -18,6 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from syshaxd.config.classes import ServiceLevels
 from syshaxd.config.dotted import get_dotted, set_dotted
 from syshaxd.config.edits import runtime_values, save_overrides
 from syshaxd.config.flags import ENGINE_FLAGS, EngineFlags
@@ -112,6 +113,10 @@ class RuntimeConfig:
     def limits(self) -> Limits:
         """The decider's settings as the policy sees them."""
         return limits_of(self._config.decider, self._config.services.gpu.handoff)
+
+    def service(self) -> ServiceLevels:
+        """The service classes and rules now."""
+        return self._config.service
 
     def engine_flags(self, name: str) -> tuple[bool, bool]:
         """``(enabled, draining)`` of an engine (unknown engines are enabled, not draining)."""
