@@ -18,7 +18,8 @@ from rich.text import Text
 from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel
 
 #: The requests view's columns.
-COLUMNS = ("time", "id", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e", "reason")
+COLUMNS = ("time", "id", "class", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e",
+           "reason")
 OK_OUTCOMES = frozenset({"ok"})
 #: Limits a person reads first in the detail, in this order (the rest follow).
 FIRST_LIMITS = ("gpu_max_batch_size", "cpu_max_batch_size", "auto_pd_offload", "ttft_target", "tpot_target")
@@ -53,7 +54,11 @@ def request_row(record: RequestRecordModel) -> tuple[Text, ...]:
     outcome = Text(record.outcome, style="green" if record.outcome in OK_OUTCOMES else "bold red")
     out = "?" if record.output_tokens is None else str(record.output_tokens)
     reason = record.decision.reason if record.decision is not None else ""
-    cells = (when, record.request_id[:12], route_of(record), outcome, str(record.prompt_tokens),
+    # The class, marked by whether its own targets were met (none: not answered).
+    klass = Text(record.service_class or "-")
+    if record.met is not None:
+        klass.append(" ✓" if record.met else " ✗", style="green" if record.met else "bold red")
+    cells = (when, record.request_id[:12], klass, route_of(record), outcome, str(record.prompt_tokens),
              f"{out}/{record.max_tokens}", fmt_duration(record.queued), fmt_duration(record.ttft),
              fmt_duration(record.tpot), fmt_duration(record.e2e), reason[:60])
     return tuple(cell if isinstance(cell, Text) else Text(cell) for cell in cells)
@@ -86,7 +91,21 @@ def request_detail(record: RequestRecordModel) -> RenderableType:
     happened.add_row("TPOT", "", fmt_duration(record.tpot))
     out = "?" if record.output_tokens is None else str(record.output_tokens)
     happened.add_row("tokens", f"prompt ~{record.prompt_tokens}, max {record.max_tokens}", f"{out} out, {record.outcome}")
-    return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _limits_text(record))
+    return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _service_text(record),
+                 _limits_text(record))
+
+
+def _service_text(record: RequestRecordModel) -> Text:
+    """Its class, its own targets, whether it met them, and what it cost."""
+    text = Text("class  ", style="bold")
+    text.append(record.service_class or "-", style="bold")
+    text.append(f"  targets TTFT {fmt_duration(record.ttft_target)}, TPOT {fmt_duration(record.tpot_target)}")
+    if record.met is not None:
+        text.append("  met" if record.met else "  missed", style="green" if record.met else "bold red")
+    if record.gpu_seconds is not None:
+        text.append(f"\ncost   {record.gpu_seconds:.3f} GPU-s, {record.cpu_core_seconds or 0.0:.2f} CPU-core-s "
+                    "(its share of each engine's time while held)")
+    return text
 
 
 def _inputs_table(record: RequestRecordModel) -> Table:

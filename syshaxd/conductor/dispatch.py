@@ -157,7 +157,8 @@ class Dispatcher(Generic[F]):
 
     @staticmethod
     def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:
-        return up.request_bytes(b"POST", flight.parsed.path, body, {**headers, "X-Request-Id": flight.request_id})
+        return up.request_bytes(b"POST", flight.parsed.path, body,
+                                {**headers, **flight.trace_headers(), "X-Request-Id": flight.request_id})
 
     def _start_now(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str], reply: Reply) -> bool:
         """Send on an idle connection from here, when there is one; failures are recovered in a task."""

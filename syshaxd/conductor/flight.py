@@ -22,6 +22,7 @@ from typing import Protocol
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.records import Record
 from syshaxd.conductor.reply import story_headers
+from syshaxd.conductor.tracing import NO_SPAN, Span
 from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
@@ -60,6 +61,10 @@ class Flight(Protocol):
 
     def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
         """Where the request runs (its answer's headers say so)."""
+        ...
+
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context to send the engines (this request's span as their parent), or none."""
         ...
 
     def remaining(self) -> float:
@@ -109,6 +114,7 @@ class BookedFlight:
     finished: bool = False
     forward_priority: int | None = None  # sent to the engines as the body's priority
     story: tuple[tuple[bytes, bytes], ...] = ()
+    span: Span = NO_SPAN
     #: Set while it waits in line: the core's outcome arrives here.
     waiter: asyncio.Future[Outcome] | None = field(default=None, repr=False)
 
@@ -134,6 +140,10 @@ class BookedFlight:
     def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
         """Where the request runs (its answer's headers say so)."""
         self.story = story_headers(self.request_id, service_class, device, engines, mode, reason)
+
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context to send the engines (this request's span as their parent), or none."""
+        return self.span.headers()
 
     # -- what its engines do -----------------------------------------------------------
 
@@ -202,6 +212,8 @@ class BookedFlight:
             books.stats.record_unrouted(outcome)
         self._log(outcome, e2e, tokens)
         self._keep(outcome, e2e, tokens)
+        if self.span is not NO_SPAN:
+            self._end_span(outcome, tokens)
         books.closed(self)
         self.host.core.finish(self.ticket, now)
 
@@ -222,6 +234,17 @@ class BookedFlight:
             ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu)
         self.host.books.records.add(record)
         self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
+
+    def _end_span(self, outcome: str, tokens: int | None) -> None:
+        d, ticket = self.decision, self.ticket
+        self.span.end({
+            "gen_ai.usage.input_tokens": self.features.prompt_tokens, "gen_ai.usage.output_tokens": tokens,
+            "gen_ai.request.max_tokens": self.features.max_tokens, "syshax.class": self.features.level.name,
+            "syshax.device": d.device if d else None, "syshax.engine": d.engine if d else None,
+            "syshax.mode": d.mode if d else None, "syshax.reason": d.reason if d else None,
+            "syshax.queued_s": ticket.decided - ticket.arrived if ticket.decided is not None else None,
+            "syshax.ttft_s": self.ttft, "syshax.outcome": outcome, "syshax.request_id": self.request_id,
+        }, error=None if outcome == "ok" else outcome)
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

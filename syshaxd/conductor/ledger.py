@@ -106,7 +106,8 @@ class LedgerSession(Wire):
         parsed = ParsedRequest(kind=m["kind"], body={}, raw=b"", model=m.get("model") or "", stream=m["stream"],
                                include_usage=False, max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
                                has_num_decode_tokens=m["num_decode"], messages=m.get("messages") or 0,
-                               temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")))
+                               temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")),
+                               trace=tuple((m.get("trace") or {}).items()))
         forced = Mode(m["forced"]) if m.get("forced") else None
         age = float(m.get("age") or 0.0)  # time the request spent in the worker before this
         try:
@@ -121,7 +122,7 @@ class LedgerSession(Wire):
             self._refuse(fid, flight, exc)
             return
         if route is not None:
-            self._route(fid, route)
+            self._route(fid, route, flight)
             return
         task = asyncio.ensure_future(self._wait(fid, flight))
         self.admitting[fid] = task
@@ -133,12 +134,12 @@ class LedgerSession(Wire):
         except ApiError as exc:
             self._refuse(fid, flight, exc)
             return
-        self._route(fid, route)
+        self._route(fid, route, flight)
 
-    def _route(self, fid: int, route: Route) -> None:
+    def _route(self, fid: int, route: Route, flight: BookedFlight) -> None:
         self.send({"op": "route", "f": fid, "decision": decision_message(route.decision),
                    "engines": [engine.name for engine in route.engines], "class": route.service_class,
-                   "priority": route.priority})
+                   "priority": route.priority, "trace": flight.trace_headers()})
 
     def _refuse(self, fid: int, flight: BookedFlight, exc: ApiError) -> None:
         self.flights.pop(fid, None)

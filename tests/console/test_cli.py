@@ -102,7 +102,7 @@ def test_a_keymap_with_an_unknown_id_names_it(short_tmp: Path) -> None:
 
 def test_screenshot_runs_without_a_terminal_and_saves_an_svg(daemon_socket: Path, short_tmp: Path) -> None:
     svg = short_tmp / "console.svg"
-    done = run_console("--socket", str(daemon_socket), "--screenshot", str(svg), "--after", "1.5", "--size", "100x30")
+    done = run_console("--socket", str(daemon_socket), "--screenshot", str(svg), "--after", "1.5", "--size", "120x40")
     assert done.returncode == 0, done.stderr
     text = svg.read_text()
     assert text.startswith("<svg") and "gpu1" in text and "cpu0" in text

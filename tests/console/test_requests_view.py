@@ -40,7 +40,18 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
     app = console_for(path)
     async with app.run_test(size=(140, 40), notifications=True) as pilot:
         await wait_for(pilot, lambda: app.connected and app.state is not None, "connected")
-        await asyncio.to_thread(chat, stack.url, 5)
+        await asyncio.to_thread(chat, stack.url, 4)
+        batch = await asyncio.to_thread(
+            httpx.post, f"{stack.url}/v1/chat/completions", headers={"x-syshax-class": "batch"},
+            json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}, timeout=30)
+        assert batch.status_code == 200
+        # The overview's conductor panel: the line and the goodput of each class.
+        await wait_for(pilot, lambda: app.state is not None and {"interactive", "batch"} <= set(
+            app.state.conductor.classes), "both classes counted")
+        await pilot.pause()
+        overview = _screen_text(app)
+        assert "good/done/min" in overview and re.search(r"batch\s+0\s+1\s*/1\b", overview)
+        assert re.search(r"interactive\s+0\s+4\s*/4\b", overview)
         await pilot.press("R")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "the requests view")
         screen = app.screen
@@ -48,6 +59,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         await wait_for(pilot, lambda: len(screen.records) == 5, "five requests listed")
         text = _screen_text(app)
         assert "the last 5 finished requests" in text and "(0 not ok)" in text
+        assert "class" in text and re.search(r"batch\s*✓", text) and len(re.findall(r"interactive\s*✓", text)) == 4
         newest = screen.records[0]
         assert newest.arrival >= screen.records[-1].arrival
         assert newest.decision is not None and newest.decision.engine is not None
@@ -59,6 +71,8 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         assert newest.request_id in detail and "the engines as the policy saw them" in detail
         assert "gpu0 (gpu)" in detail and "cpu0 (cpu)" in detail
         assert f"because: {newest.decision.reason}" in detail and "cpu_max_batch_size=20" in detail
+        assert re.search(r"class\s+batch\s+targets TTFT 60s, TPOT 1\.00s\s+met", detail), detail
+        assert re.search(r"cost\s+\d\.\d{3} GPU-s", detail)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "back to the list")
         # New traffic shows up while the view is open (it refreshes itself).

@@ -11,6 +11,7 @@ import openai
 import pytest
 
 from tests.plugins.fake_vllm import FakeVllm
+from tests.plugins.ports import wait_until
 from tests.plugins.stack import Stack
 
 MESSAGES = [{"role": "user", "content": "Tell me about the river and the stone."}]
@@ -185,7 +186,8 @@ def test_the_request_id_reaches_the_engine_as_the_client_sent_it_or_as_syshax_ma
     made = httpx.post(f"{stack.url}/v1/chat/completions", json=body, timeout=10)
     assert sent.headers["x-request-id"] == "trace-42"
     assert gpu.request_ids == ["trace-42", made.headers["x-request-id"]]
-    assert f"id={made.headers['x-request-id']} " in stack.log_text()
+    # The access line is written when the request is booked as finished, just after its last byte.
+    assert wait_until(lambda: f"id={made.headers['x-request-id']} " in stack.log_text())
 
 
 def test_api_key_is_required_when_set_and_never_logged(make_stack: Callable[..., Stack]) -> None:

@@ -206,3 +206,28 @@ def test_reload_picks_up_flags_written_to_the_overrides_file(files: tuple[Path, 
     change = rt.reload()
     assert rt.engine_flags("gpu0") == (False, False)
     assert change.engines == {"gpu0": {"enabled": False, "draining": False}}
+
+
+def test_a_reloaded_class_table_is_models_the_conductor_can_read(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    files[0].write_text(CONFIG + "service:\n  classes:\n    interactive: {}\n    eval: {ttft_ms: 90000, priority: 3}\n"
+                        "  rules: [{class: eval, model: 'eval-*'}]\n")
+    change = rt.reload()
+    assert set(change.changed) == {"service.classes", "service.rules"}
+    levels = rt.service().levels()  # a dict of plain data here failed at the next request
+    assert levels["eval"].ttft == 90.0 and levels["eval"].priority == 3
+    assert rt.service().rules[0].class_ == "eval"
+
+
+def test_a_class_table_no_engine_can_serve_is_refused_and_the_old_one_kept(files: tuple[Path, Path]) -> None:
+    rt = make_runtime(files)
+    rt.check_service_with(lambda: {"gpu0": 0.02, "cpu0": 0.15})
+    before = rt.service()
+    with pytest.raises(PatchError) as refused:
+        rt.apply_patch({"service.classes": {"interactive": {}, "rush": {"tpot_ms": 5}}})
+    assert refused.value.key == "service.classes"
+    assert "class 'rush' asks for 5 ms per token; the fastest engine (gpu0) decodes one request at 20 ms" in str(
+        refused.value)
+    assert rt.service() is before
+    rt.apply_patch({"service.classes": {"interactive": {}, "rush": {"tpot_ms": 25}}})
+    assert rt.service().classes["rush"].tpot_ms == 25
