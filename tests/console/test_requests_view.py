@@ -71,7 +71,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         assert newest.request_id in detail and "the engines as the policy saw them" in detail
         assert "gpu0 (gpu)" in detail and "cpu0 (cpu)" in detail
         assert f"because: {newest.decision.reason}" in detail and "cpu_max_batch_size=20" in detail
-        assert re.search(r"class\s+batch\s+targets TTFT 60s, TPOT 1\.00s\s+met", detail), detail
+        assert re.search(r"class\s+batch\s+targets TTFT 60\.00 s, TPOT 1\.00 s\s+met", detail), detail
         assert re.search(r"cost\s+\d\.\d{3} GPU-s", detail)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "back to the list")
