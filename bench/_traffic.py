@@ -28,6 +28,7 @@ class Workload:
     prompt: tuple[int, int]  # uniform range of prompt tokens
     max_tokens: tuple[int, int]  # uniform range; the engine may stop earlier
     seed: int = 7
+    id_high: int = 30000  # prompt token ids are drawn below this (a small model's vocabulary)
 
 
 class AdviseError(Exception):
@@ -55,7 +56,7 @@ async def _drive(url: str, load: Workload, done: Callable[[], None] | None) -> l
         for _ in range(load.requests):
             at += rng.expovariate(load.rate)
             await asyncio.sleep(max(0.0, start + at - loop.time()))
-            prompt = [rng.randrange(100, 30000) for _ in range(rng.randint(*load.prompt))]
+            prompt = [rng.randrange(100, load.id_high) for _ in range(rng.randint(*load.prompt))]
             task = asyncio.create_task(_one(client, prompt, rng.randint(*load.max_tokens)))
             if done is not None:
                 task.add_done_callback(lambda _: done())

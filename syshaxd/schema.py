@@ -130,8 +130,11 @@ class AdviceOption(_Wire):
     ttft_p50: float | None = None  # seconds
     ttft_p99: float | None = None
     tpot_p99: float | None = None
+    tpot_p50: float | None = None
+    output_tps: float | None = None  # predicted output tokens/s
     cpu_share: float = 0.0  # share of requests the CPU served (whole or decode)
     current: bool = False  # the daemon's setting when the window was recorded
+    tied: bool = False  # differs from the recommendation only within advise's own error
 
 
 class AdviceModel(_Wire):
@@ -148,6 +151,11 @@ class AdviceModel(_Wire):
     current_error: dict[str, float] = Field(default_factory=dict)
     recommended: int | None = None  # index into options
     summary: str = ""  # one sentence for people
+    #: Why advise recommends nothing (its error over the bound, a window too short or thin,
+    #: profiles not of these engines); None when it advises.
+    refused: str | None = None
+    error_bound: float | None = None  # the largest self-check error advise accepts (0.5: 50%)
+    forced: bool = False  # advised although refused (``--force``)
 
 
 class ClassStatsModel(_Wire):

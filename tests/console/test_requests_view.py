@@ -19,9 +19,11 @@ from tests.console.test_real_daemon import chat, socket_of
 ADVICE = {"made_at": 1_700_000_000.0, "requests": 120, "window_s": 60.0, "profiles": {"gpu": "tiny", "cpu": "tiny"},
           "summary": "The CPU cannot help this traffic: run GPU-only.",
           "current_error": {"ttft_p50": 0.08, "throughput": -0.02}, "recommended": 1,
-          "options": [{"label": "classic, cpu batch 20", "goodput": 1.5, "throughput": 2.0, "ttft_p50": 0.2,
-                       "cpu_share": 0.3, "current": True},
-                      {"label": "gpu-only", "goodput": 1.9, "throughput": 2.0, "ttft_p50": 0.1, "cpu_share": 0.0}]}
+          "options": [{"label": "classic, gpu batch 8 (engine's), cpu batch 20", "goodput": 1.5, "throughput": 2.0,
+                       "ttft_p50": 0.2, "tpot_p99": 0.0032, "output_tps": 41.5, "cpu_share": 0.3, "current": True,
+                       "tied": True},
+                      {"label": "gpu-only", "goodput": 1.9, "throughput": 2.0, "ttft_p50": 0.1, "ttft_p99": 1.5,
+                       "cpu_share": 0.0}]}
 
 
 def _screen_text(app: Any) -> str:
@@ -69,7 +71,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         assert newest.request_id in detail and "the engines as the policy saw them" in detail
         assert "gpu0 (gpu)" in detail and "cpu0 (cpu)" in detail
         assert f"because: {newest.decision.reason}" in detail and "cpu_max_batch_size=20" in detail
-        assert re.search(r"class\s+batch\s+targets TTFT 60s, TPOT 1\.00s\s+met", detail), detail
+        assert re.search(r"class\s+batch\s+targets TTFT 60\.00 s, TPOT 1\.00 s\s+met", detail), detail
         assert re.search(r"cost\s+\d\.\d{3} GPU-s", detail)
         await pilot.press("escape")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestsScreen), "back to the list")
@@ -99,7 +101,10 @@ async def test_advice_view_says_how_to_get_advice_then_shows_the_latest(make_sta
         await wait_for(pilot, lambda: "gpu-only" in _screen_text(app), "the advice shown")
         text = _screen_text(app)
         assert "The CPU cannot help this traffic" in text and "120 requests over 60 s" in text
-        assert "ttft_p50 +8%" in text and "throughput -2%" in text
-        assert "now" in text and "→" in text
+        assert "TTFT p50 +8%" in text and "throughput -2%" in text  # names an operator reads
+        assert "ttft_p50" not in text and "output_tps" not in text
+        assert "200 ms" in text and "3.2 ms" in text and "1.50 s" in text  # ms below a second
+        assert "output tokens/s" in text and "41.5" in text
+        assert "now" in text and "→" in text and "= now" in text  # the current setting ties
         if os.environ.get("SYSHAX_SCREENSHOTS"):
             app.save_screenshot(str(Path(os.environ["SYSHAX_SCREENSHOTS"]) / "console-advice.svg"))
