@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tests.plugins.stack import Stack
-from tests.reliability._probe import (
+from tests.probe import (
     Usage,
     assert_drained,
     assert_no_traceback,

@@ -10,7 +10,7 @@ from syshaxd.config import PolicyName
 from syshaxd.policy import POLICY_NAMES, RoundRobin, get_policy
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState
-from tests.unit.policy_helpers import engine, snap
+from tests.policy.helpers import engine, snap
 
 REQ = RequestFeatures(prompt_tokens=10, max_tokens=10)
 BOTH = snap(engine("gpu0", "gpu", running=500, waiting=500), engine("cpu0", "cpu", running=99))

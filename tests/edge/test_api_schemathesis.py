@@ -18,7 +18,7 @@ from schemathesis import APIOperation, Case, GenerationMode  # noqa: E402
 from schemathesis.core.result import Ok  # noqa: E402
 
 from tests.plugins.stack import Stack  # noqa: E402
-from tests.reliability._probe import assert_drained, assert_no_traceback  # noqa: E402
+from tests.probe import assert_drained, assert_no_traceback  # noqa: E402
 
 #: Per operation and generation mode: about a hundred requests in all, well under a minute.
 EXAMPLES = 15

@@ -1,7 +1,7 @@
 """One history, two drivers of the scheduling core, the same decisions request by request.
 
-The script (:mod:`tests.parity.script`) is played to a real syshaxd over real sockets in
-front of scripted engines (:mod:`tests.parity.daemon_side`) and replayed by the virtual-time
+The script (:mod:`tests.core.script`) is played to a real syshaxd over real sockets in
+front of scripted engines (:mod:`tests.core.daemon_side`) and replayed by the virtual-time
 runner with scripted engines of the same script (:mod:`sim.scripted`). Both see identical
 inputs -- the same arrivals in the same order, the same engine events, the same scrapes, the
 same configuration changes -- so every request must end the same way in both: placed on the
@@ -25,9 +25,9 @@ from syshaxd.config import Config
 from syshaxd.config.runtime import limits_of
 from syshaxd.schema import RequestRecordModel
 from syshaxd.snapshot import EngineState, EngineView
-from tests.parity.daemon_side import Player, daemon_config, start_daemon
-from tests.parity.engines import ScriptedEngines
-from tests.parity.script import ENGINES, STEP, Script, make_script
+from tests.core.daemon_side import Player, daemon_config, start_daemon
+from tests.core.engines import ScriptedEngines
+from tests.core.script import ENGINES, STEP, Script, make_script
 from tests.plugins.ports import free_port, stop_processes
 
 SEED = 7

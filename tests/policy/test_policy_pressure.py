@@ -9,7 +9,7 @@ from syshaxd.policy.adaptive import decide
 from syshaxd.policy.estimates import DEFAULT_TUNING
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView
-from tests.unit.policy_helpers import engine, snap, with_capacity
+from tests.policy.helpers import engine, snap, with_capacity
 
 SHORT = RequestFeatures(prompt_tokens=50, max_tokens=100)
 CAPACITY = 20_000

@@ -14,7 +14,7 @@ from syshaxd.policy.adaptive import decide, estimate_options, secs
 from syshaxd.policy.estimates import CPU_DEFAULTS, GPU_DEFAULTS, Tuning
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState, EngineView
-from tests.unit.policy_helpers import engine, snap
+from tests.policy.helpers import engine, snap
 
 SHORT = RequestFeatures(prompt_tokens=50, max_tokens=100)
 LONG_PROMPT = RequestFeatures(prompt_tokens=2000, max_tokens=100)

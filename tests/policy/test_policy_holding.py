@@ -10,7 +10,7 @@ from syshaxd.policy.holding import gpu_hold, projected_tpot
 from syshaxd.policy.queueing import queue_order
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineView
-from tests.unit.policy_helpers import engine, snap, with_capacity
+from tests.policy.helpers import engine, snap, with_capacity
 
 PROMPT = RequestFeatures(prompt_tokens=1000, max_tokens=200)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from tests.plugins.stack import Stack
-from tests.reliability._probe import (
+from tests.probe import (
     MESSAGES,
     RESET,
     assert_drained,

@@ -15,7 +15,7 @@ from collections.abc import Callable
 import httpx
 
 from tests.plugins.stack import Stack
-from tests.reliability._probe import (
+from tests.probe import (
     Usage,
     assert_no_traceback,
     chat,

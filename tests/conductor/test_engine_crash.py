@@ -13,8 +13,9 @@ from collections.abc import Callable
 import httpx
 
 from syshaxd.sse import Decoder
+from tests.conductor.conftest import Restart
 from tests.plugins.stack import Stack
-from tests.reliability._probe import (
+from tests.probe import (
     MESSAGES,
     Outcome,
     Usage,
@@ -28,7 +29,6 @@ from tests.reliability._probe import (
     state,
     wait_until,
 )
-from tests.reliability.conftest import Restart
 
 GPU, CPU = 0, 1
 

@@ -1,6 +1,6 @@
 """A script played to a real syshaxd in lockstep: one step, then wait until the daemon has taken it in.
 
-The daemon runs as a process in front of the scripted engines (:mod:`tests.parity.engines`);
+The daemon runs as a process in front of the scripted engines (:mod:`tests.core.engines`);
 requests come from the official openai client, one thread per request; the control socket
 says what the daemon decided. After each step the player waits until the daemon has settled:
 every request that arrived is placed, waiting in line or refused; every placed request's
@@ -26,8 +26,8 @@ import yaml
 
 from sim.scripted import Action
 from syshaxd.schema import DecisionModel, RequestRecordModel, StateModel
-from tests.parity.engines import ScriptedEngines
-from tests.parity.script import Arrive, Script, Set
+from tests.core.engines import ScriptedEngines
+from tests.core.script import Arrive, Script, Set
 from tests.plugins.daemon import wait_control_socket
 from tests.plugins.ports import free_port, stop_processes
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.plugins.stack import Stack
-from tests.reliability._probe import (
+from tests.probe import (
     Usage,
     assert_drained,
     assert_no_traceback,

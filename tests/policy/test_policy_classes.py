@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from syshaxd.policy import adaptive
 from syshaxd.routing import Limits, RequestFeatures, ServiceLevel, limits_for
-from tests.unit.policy_helpers import engine, snap
+from tests.policy.helpers import engine, snap
 
 BATCH = ServiceLevel("batch", ttft=60.0, tpot=1.0, priority=1)
 SHORT = RequestFeatures(prompt_tokens=100, max_tokens=100)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import httpx
 
 from tests.plugins.stack import Stack
-from tests.reliability._probe import assert_no_traceback, chat, control, control_socket, state
+from tests.probe import assert_no_traceback, chat, control, control_socket, state
 
 NESTED = 100_000
 

@@ -9,7 +9,7 @@ import pytest
 from syshaxd.policy import classic, cpu_token_limit, pick_engine
 from syshaxd.routing import Limits, Mode, RequestFeatures
 from syshaxd.snapshot import EngineState
-from tests.unit.policy_helpers import engine, snap
+from tests.policy.helpers import engine, snap
 
 REQ = RequestFeatures(prompt_tokens=100, max_tokens=200)
 CPU_IDLE = engine("cpu0", "cpu", tps=10.0)
