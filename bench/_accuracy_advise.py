@@ -16,6 +16,7 @@ from pathlib import Path
 from bench._traffic import AdviseError, Workload, advise, drive
 from demo.procs import Supervisor
 from demo.stack import StackOptions, runtime_root, start_stack
+from sim.advise.cli import REFUSED
 from syshaxd.schema import AdviceModel
 
 #: Seconds ``syshax advise`` may run before it counts as hung.
@@ -58,11 +59,13 @@ def _advice(socket: Path) -> AdviceModel:
     """``syshax advise --json`` on the recorded window; it may take minutes on a busy machine
     (the replay of every option), so only a hung command is cut off.
 
+    A refusal (exit 3: its self-check failed) still prints the advice, with its errors and why.
+
     Raises:
         AdviseError: the command failed.
     """
     done = advise(socket, "--json", timeout=ADVISE_TIMEOUT)
-    if done.returncode != 0:
+    if done.returncode not in (0, REFUSED):
         raise AdviseError(f"syshax advise exited with {done.returncode}: {done.stderr.strip()}")
     return AdviceModel.model_validate_json(done.stdout)
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import asdict, dataclass
+from typing import Any
 
 #: Seconds before a socket the server closed is opened again.
 REOPEN = 0.2
@@ -39,7 +40,7 @@ class Plan:
     scale: float  # 1.0: the full attack; the quick run uses a tenth or so
 
 
-Attack = Callable[[Plan, Tally, int], Awaitable[None]]
+Attack = Callable[[Plan, Tally, int], Coroutine[Any, Any, None]]
 
 
 async def _open(plan: Plan, tally: Tally, source: str = "127.0.0.1") -> tuple[asyncio.StreamReader,

@@ -39,7 +39,9 @@ def judge(rows: dict[str, dict[str, Any]], idle: dict[str, float]) -> list[dict[
     out: list[dict[str, str]] = []
     for case in ("stream-16", "whole-16"):
         per = rows.get(case)
-        for name in ours(per) if per is not None and ROUTER in per else ():
+        if per is None or ROUTER not in per:
+            continue
+        for name in ours(per):
             mine, theirs = per[name]["cpu_ms_per_request"], per[ROUTER]["cpu_ms_per_request"]
             ok = None if not mine or not theirs else mine <= CPU_RATIO * theirs
             out.append({"target": f"{case}, {name}: CPU per request <= {CPU_RATIO:g}x router's",
@@ -47,7 +49,9 @@ def judge(rows: dict[str, dict[str, Any]], idle: dict[str, float]) -> list[dict[
                         "verdict": _verdict(ok)})
     for case in ("stream-1", "stream-16"):
         per = rows.get(case)
-        for name in ours(per) if per is not None and ROUTER in per else ():
+        if per is None or ROUTER not in per:
+            continue
+        for name in ours(per):
             mine_ms, theirs_ms = _added(per, name), _added(per, ROUTER)
             ok = None if mine_ms is None or theirs_ms is None else mine_ms <= theirs_ms + TTFT_SLACK_MS
             out.append({"target": f"{case}, {name}: TTFT p50 added <= router's + {TTFT_SLACK_MS:g} ms",
@@ -55,7 +59,9 @@ def judge(rows: dict[str, dict[str, Any]], idle: dict[str, float]) -> list[dict[
                         "verdict": _verdict(ok)})
     for case in ("stream-64", "stream-256"):
         per = rows.get(case)
-        for name in ours(per) if per is not None and ROUTER in per else ():
+        if per is None or ROUTER not in per:
+            continue
+        for name in ours(per):
             rate, theirs_rate = per[name]["requests_per_s"], per[ROUTER]["requests_per_s"]
             ok = None if not theirs_rate else rate >= RATE_RATIO * theirs_rate
             out.append({"target": f"{case}, {name}: requests/s >= {RATE_RATIO:g}x router's",

@@ -152,20 +152,16 @@ def show(report: dict[str, Any]) -> None:
                     str(r["loop_lag_ms"]["p99"]), str(r["health_p99_ms"]),
                     str(len(r["fault_switch_failures"])))
     console.print(per)
-    if report["transport_failures"]:
-        transport = Table(title="Transport steps that failed (client side)")
-        transport.add_column("step, connection, error")
-        transport.add_column("count", justify="right")
-        for kind, n in report["transport_failures"].items():
-            transport.add_row(kind, str(n))
-        console.print(transport)
-    if report["errors_by_kind"]:
-        kinds = Table(title="Clean errors and losses by kind")
-        kinds.add_column("kind")
-        kinds.add_column("count", justify="right")
-        for kind, n in report["errors_by_kind"].items():
-            kinds.add_row(kind, str(n))
-        console.print(kinds)
+    for key, title, what in (("transport_failures", "Transport steps that failed (client side)",
+                              "step, connection, error"),
+                             ("errors_by_kind", "Clean errors and losses by kind", "kind")):
+        if report[key]:
+            counts = Table(title=title)
+            counts.add_column(what)
+            counts.add_column("count", justify="right")
+            for kind, n in report[key].items():
+                counts.add_row(kind, str(n))
+            console.print(counts)
     targets = Table(title="Targets")
     for col in ("target", "measured", "verdict"):
         targets.add_column(col)

@@ -16,8 +16,6 @@ from pathlib import Path
 
 import httpx
 
-from syshaxd.schema import AdviceModel
-
 SYSHAX = Path(sys.executable).parent / "syshax"
 
 
@@ -30,6 +28,7 @@ class Workload:
     prompt: tuple[int, int]  # uniform range of prompt tokens
     max_tokens: tuple[int, int]  # uniform range; the engine may stop earlier
     seed: int = 7
+    id_high: int = 30000  # prompt token ids are drawn below this (a small model's vocabulary)
 
 
 class AdviseError(Exception):
@@ -57,7 +56,7 @@ async def _drive(url: str, load: Workload, done: Callable[[], None] | None) -> l
         for _ in range(load.requests):
             at += rng.expovariate(load.rate)
             await asyncio.sleep(max(0.0, start + at - loop.time()))
-            prompt = [rng.randrange(100, 30000) for _ in range(rng.randint(*load.prompt))]
+            prompt = [rng.randrange(100, load.id_high) for _ in range(rng.randint(*load.prompt))]
             task = asyncio.create_task(_one(client, prompt, rng.randint(*load.max_tokens)))
             if done is not None:
                 task.add_done_callback(lambda _: done())
@@ -83,15 +82,3 @@ def advise(socket: Path, *args: str, timeout: float = 60) -> subprocess.Complete
     """Run ``syshax advise`` against the daemon behind the control ``socket``."""
     return subprocess.run([str(SYSHAX), "advise", "--socket", str(socket), *args], capture_output=True, text=True,
                           timeout=timeout, check=False)
-
-
-def advice_of(socket: Path, *args: str) -> AdviceModel:
-    """``syshax advise --json``: the advice it printed.
-
-    Raises:
-        AdviseError: the command failed.
-    """
-    done = advise(socket, "--json", *args)
-    if done.returncode != 0:
-        raise AdviseError(f"syshax advise exited with {done.returncode}: {done.stderr.strip()}")
-    return AdviceModel.model_validate_json(done.stdout)

@@ -59,14 +59,12 @@ from sim.arrival_grid import (
     scale_keeping_bursts,
     spread_within_grid,
 )
-from sim.traces import MOONCAKE_BLOCK, TraceError, read_mooncake
+from sim.traces import CONTEXT_LIMIT, MOONCAKE_BLOCK, TraceError, read_mooncake
 from syshaxd.routing import DEFAULT_LEVEL, ServiceLevel
 
 AZURE_FILE = Path("azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SHAREGPT_FILE = Path("sharegpt_lengths/sharegpt_8k_filtered_stats_llama2_tokenizer.csv")
 ARXIV_FILE = Path("arxiv_summarization_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv")
-#: sysHAX's guide runs both engines with --max_model_len=8192; leave room for the template.
-CONTEXT_LIMIT = 8192 - 64
 #: Output length multiplier of the reasoning variant: the Azure mean of 211 tokens becomes
 #: ~2,100, its p99 ~6,000 (capped by the context).
 REASONING_SCALE = 10
@@ -126,12 +124,6 @@ class Source:
         for gap in self.gaps:
             out.append(out[-1] + gap)
         return tuple(out)
-
-    @property
-    def recorded_rate(self) -> float | None:
-        """Mean requests per second as recorded (None without timestamps)."""
-        span = sum(self.gaps)
-        return len(self.gaps) / span if self.gaps and span > 0 else None
 
 
 def _fit(prompt: int, output: int) -> tuple[int, int]:

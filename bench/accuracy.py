@@ -13,6 +13,10 @@
 3. **advise.** A daemon under ``classic`` before two ``tiny`` simulated engines at an eighth
    of their speed records 120 requests at 3/s; ``syshax advise`` predicts the current
    setting on that window: TTFT p50 and throughput within 20% of what happened.
+4. **advise under load.** Windows on the simulator (stage 3's box) and on the real llama pair
+   (each llama-server calibrated for its role), quiet and beside a CPU hog (``--load-runs``
+   windows each): the current setting's median error on every figure advise's self-check
+   judges, and how many windows advise refused. Reported, not judged.
 
 Every figure compares times taken on the wall clock, so they are judged here and not in
 the tests (which check the same paths on virtual time, or only that they run): run it on a
@@ -41,17 +45,20 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.progress import Progress, TaskID
+from rich.table import Table
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench import _accuracy_advise as advise_stage  # noqa: E402
 from bench import _accuracy_llama as llama_stage  # noqa: E402
+from bench import _accuracy_load as load_stage  # noqa: E402
 from bench import _accuracy_recovery as recovery  # noqa: E402
 from bench._accuracy_report import exit_code, figures, plot, table  # noqa: E402
 from bench._common import results_dir  # noqa: E402
 from bench._traffic import AdviseError  # noqa: E402
 from demo.procs import StartError  # noqa: E402
+from sim.advise.check import CHECKED  # noqa: E402
 from sim.calibrate.calibrate import CalibrateError  # noqa: E402
 from sim.launch import LaunchError  # noqa: E402
 
@@ -133,7 +140,34 @@ def stage_advise(args: argparse.Namespace, progress: Progress) -> Report:
         return {"bound": bound, "error": f"advise reported no error for {', '.join(k for k, v in found.items() if v is None)}"}
     return {"bound": bound, "requests": load.requests, "recorded": advice.requests, "window_s": advice.window_s,
             "errors": found, "current_error": advice.current_error, "predicted": advise_stage.current_row(advice),
-            "detail": f"{advice.requests} requests over {advice.window_s:.0f} s"}
+            "refused": advice.refused,
+            "detail": f"{advice.requests} requests over {advice.window_s:.0f} s"
+                      + (", advise refused" if advice.refused else "")}
+
+
+def stage_load(args: argparse.Namespace, progress: Progress) -> Report:
+    """Stage 4: advise's error and refusals, quiet and beside a CPU hog, on both boxes."""
+    total = (1 if args.quick else 2) * 2 * args.load_runs + 2  # windows and the two calibrations
+    task = progress.add_task("advise under load", total=total)
+
+    def tick(text: str) -> None:
+        progress.update(task, description=text)
+        progress.advance(task)
+
+    return load_stage.run_stage(args.load_runs, args.quick, tick)
+
+
+def load_table(block: Report) -> Table:
+    """Stage 4's table: per condition, refusals and the median error of each judged figure."""
+    out = Table(title="advise under load: the current setting's median error, and refusals (not judged)",
+                title_justify="left")
+    for col in ("condition", "refused", *CHECKED.values()):
+        out.add_column(col, justify="left" if col == "condition" else "right")
+    for row in load_stage.table_rows(block.get("summary", [])):
+        out.add_row(*row)
+    if "error" in block:
+        out.caption = f"stopped: {block['error']}"
+    return out
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -145,6 +179,8 @@ def run(args: argparse.Namespace) -> Report:
         if report["baseline"]["ok"]:
             report["llama"] = _timed(stage_llama, args, progress, Path(tmp))
             report["advise"] = _timed(stage_advise, args, progress)
+            if args.load_runs > 0:
+                report["advise_load"] = _timed(stage_load, args, progress)
     return report
 
 
@@ -178,10 +214,13 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true",
                         help="a tiny run (what make test does): every stage runs, no timing is judged")
     parser.add_argument("--pairs", type=int, default=None, help="llama-server calibrate-then-run pairs (5; quick 1)")
+    parser.add_argument("--load-runs", type=int, default=None,
+                        help=f"stage 4's windows per condition ({load_stage.RUNS}; quick 1; 0 skips the stage)")
     parser.add_argument("--out", type=Path, default=None,
                         help="JSON output (default bench/results/accuracy.json; accuracy-quick.json with --quick)")
     args = parser.parse_args()
     args.pairs = args.pairs or (1 if args.quick else 5)
+    args.load_runs = (1 if args.quick else load_stage.RUNS) if args.load_runs is None else args.load_runs
     signal.signal(signal.SIGTERM, _interrupt)
     started = time.monotonic()
     try:
@@ -192,6 +231,8 @@ def main() -> int:
     report["figures"] = figures(report)
     report["wall_s"] = round(time.monotonic() - started, 1)
     console.print(table(report))
+    if "advise_load" in report:
+        console.print(load_table(report["advise_load"]))
     out = args.out or results_dir() / ("accuracy-quick.json" if args.quick else "accuracy.json")
     out.write_text(json.dumps(report, indent=2), encoding="utf-8")
     picture = plot(report, out.with_suffix(".png"))

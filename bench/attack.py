@@ -132,6 +132,27 @@ def judge(row: dict[str, Any]) -> list[str]:
     return misses
 
 
+def labelled(rows: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each row with its attack's name, numbered where an attack ran more than once (``--only flood flood``)."""
+    names = [row["attack"] for row in rows]
+    seen: dict[str, int] = {}
+    out = []
+    for row in rows:
+        name = row["attack"]
+        seen[name] = seen.get(name, 0) + 1
+        out.append((f"{name} #{seen[name]}" if names.count(name) > 1 else name, row))
+    return out
+
+
+def run_drift(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Memory and descriptors before the first attack and after the last: what the attacks
+    left behind together (each row's own baseline is the one just before it)."""
+    first, last = rows[0], rows[-1]
+    return {"rss_first_baseline_mb": first["rss_baseline_mb"], "rss_last_after_mb": last["rss_after_mb"],
+            "rss_growth": round(last["rss_after_mb"] / first["rss_baseline_mb"] - 1, 3),
+            "fds_first_baseline": first["fds_baseline"], "fds_last_after": last["fds_after"]}
+
+
 def refuse_if_blind(rows: list[dict[str, Any]]) -> str | None:
     """Why the run cannot be reported (its baseline or an attack did not happen as it should), or None."""
     for row in rows:
@@ -190,8 +211,12 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(attack(stack, name, seconds, scale, settle))
             progress.advance(task)
     console.print(table(rows))
-    report = {"quick": args.quick, "limits": QUICK_LIMITS if args.quick else LIMITS, "rows": rows,
-              "misses": {row["attack"]: judge(row) for row in rows if judge(row)}}
+    drift = run_drift(rows)
+    console.print(f"Over the run: RSS {drift['rss_first_baseline_mb']:.1f} MB before the first attack, "
+                  f"{drift['rss_last_after_mb']:.1f} MB after the last ({drift['rss_growth']:+.1%}); fds "
+                  f"{drift['fds_first_baseline']} -> {drift['fds_last_after']}")
+    report = {"quick": args.quick, "limits": QUICK_LIMITS if args.quick else LIMITS, "rows": rows, "run": drift,
+              "misses": {label: judge(row) for label, row in labelled(rows) if judge(row)}}
     blind = refuse_if_blind(rows)
     if blind is not None:
         report["refused"] = blind

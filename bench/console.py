@@ -38,7 +38,7 @@ from rich.table import Table
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench._common import results_dir  # noqa: E402
+from bench._common import results_dir, stop_processes  # noqa: E402
 
 TARGET_PERCENT = 10.0
 console = Console()
@@ -159,16 +159,6 @@ async def screenshot(socket: Path, path: Path, size: tuple[int, int], seconds: f
     await client.aclose()
 
 
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL."""
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a tiny run (as make test does)")
@@ -206,7 +196,7 @@ def main() -> int:
                     if args.svg and decisions == scenarios[-1][1]:
                         asyncio.run(screenshot(socket, args.svg, (160, 48), 12.0))
                 finally:
-                    stop(daemon)
+                    stop_processes([daemon], grace=10)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

@@ -39,6 +39,8 @@ BACKOFF_MIN = 0.5
 #: panel together, and a log that scrolls faster than once a second is not read anyway.
 LOG_INTERVAL = 1.0
 BACKOFF_MAX = 5.0
+#: Seconds a screenshot waits past --after for the first state from the daemon to be drawn.
+SHOT_PATIENCE = 30.0
 
 
 class ConsoleApp(ConsoleKeys):
@@ -114,6 +116,7 @@ class ConsoleApp(ConsoleKeys):
         self._problem: str | None = None
         self._retry_at: float | None = None
         self._last_data: float | None = None
+        self._shot_by = 0.0
         self._max_log = max_log
         self._shot_plan = screenshot
 
@@ -142,10 +145,16 @@ class ConsoleApp(ConsoleKeys):
         self.set_interval(self._refresh_interval, self._tick)
         self.follow_events()
         if self._shot_plan is not None:
+            self._shot_by = time.monotonic() + self._shot_plan[1] + SHOT_PATIENCE
             self.set_timer(self._shot_plan[1], self._shoot)
 
     def _shoot(self) -> None:
         assert self._shot_plan is not None
+        # A screenshot is of the daemon's numbers: wait until the first state is drawn (a slow
+        # daemon or a loaded machine), but not for ever (a daemon that never answers is shown so).
+        if (self._last_data is None or self._dirty) and time.monotonic() < self._shot_by:
+            self.set_timer(0.1, self._shoot)
+            return
         path = self._shot_plan[0]
         self.save_screenshot(path.name, str(path.parent or "."))
         self.exit()

@@ -348,7 +348,17 @@ def conductor_panel(conductor: ConductorStatsModel, width: int) -> Text:
     out.append(f"{conductor.queue_depth}/{conductor.queue_limit}", style="bold red" if full else "bold")
     out.append("  ")
     out.append(f"{conductor.requests_per_s:.1f}", style="bold")
-    out.append(" req/s\nTTFT p50 ")
+    out.append(" req/s")
+    if conductor.classes:
+        # Per class: who waits, and how much of what finished met the class's own targets.
+        out.append("\nclass       wait good/done/min", style="dim")
+        for name, c in sorted(conductor.classes.items()):
+            good, done = round(c.goodput_per_s * 60), round(c.finished_per_s * 60)
+            out.append(f"\n{name[:11]:<11}")
+            out.append(f"{c.waiting:>5}", style="bold yellow" if c.waiting else "")
+            out.append(f" {good}", style="bold red" if good < done else "bold")
+            out.append(f"/{done}")
+    out.append("\nTTFT p50 ")
     out.append(fmt_seconds(conductor.ttft_p50), style="bold")
     out.append(" p99 ")
     out.append(fmt_seconds(conductor.ttft_p99), style="bold")

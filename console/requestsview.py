@@ -15,14 +15,29 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from console.render import fmt_seconds
 from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel
 
 #: The requests view's columns.
-COLUMNS = ("time", "id", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e", "reason")
+COLUMNS = ("time", "id", "class", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e",
+           "reason")
 OK_OUTCOMES = frozenset({"ok"})
 #: Limits a person reads first in the detail, in this order (the rest follow).
 FIRST_LIMITS = ("gpu_max_batch_size", "cpu_max_batch_size", "auto_pd_offload", "ttft_target", "tpot_target")
+
+
+#: The advice's figures by the names an operator reads.
+FIGURES = {"goodput": "goodput", "ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99", "tpot_p50": "TPOT p50",
+           "tpot_p99": "TPOT p99", "output_tps": "output tokens/s", "throughput": "throughput"}
+
+
+def fmt_duration(value: float | None) -> str:
+    """Milliseconds below a second, seconds above: 0.0032 -> "3.2 ms", 0.214 -> "214 ms", 12.3 -> "12.30 s"."""
+    if value is None:
+        return "–"
+    ms = value * 1000
+    if abs(ms) < 10:
+        return f"{ms:.1f} ms"
+    return f"{ms:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
 
 
 def route_of(record: RequestRecordModel) -> str:
@@ -33,15 +48,35 @@ def route_of(record: RequestRecordModel) -> str:
     return f"{d.engine or d.device}/{d.mode}"
 
 
+def prompt_cell(record: RequestRecordModel) -> str:
+    """The prompt's tokens: the engine's count, or ``~`` and syshaxd's estimate."""
+    return f"{'~' if record.prompt_tokens_source == 'estimate' else ''}{record.prompt_tokens}"
+
+
+def out_of_max(record: RequestRecordModel) -> Text:
+    """``out/max``: the engine's count (``~``: counted from the deltas the client got; ``?``:
+    unknown). A count above the maximum is a fault in the record: shown, in red, never hidden."""
+    if record.output_tokens is None:
+        return Text(f"?/{record.max_tokens}")
+    mark = "~" if record.output_tokens_source == "counted" else ""
+    text = f"{mark}{record.output_tokens}/{record.max_tokens}"
+    if record.output_tokens > record.max_tokens:
+        return Text(f"{text}!", style="bold red")
+    return Text(text)
+
+
 def request_row(record: RequestRecordModel) -> tuple[Text, ...]:
     """One row of the requests view."""
     when = time.strftime("%H:%M:%S", time.localtime(record.arrival))
     outcome = Text(record.outcome, style="green" if record.outcome in OK_OUTCOMES else "bold red")
-    out = "?" if record.output_tokens is None else str(record.output_tokens)
     reason = record.decision.reason if record.decision is not None else ""
-    cells = (when, record.request_id[:12], route_of(record), outcome, str(record.prompt_tokens),
-             f"{out}/{record.max_tokens}", fmt_seconds(record.queued), fmt_seconds(record.ttft),
-             fmt_seconds(record.tpot), fmt_seconds(record.e2e), reason[:60])
+    # The class, marked by whether its own targets were met (none: not answered).
+    klass = Text(record.service_class or "-")
+    if record.met is not None:
+        klass.append(" ✓" if record.met else " ✗", style="green" if record.met else "bold red")
+    cells = (when, record.request_id[:12], klass, route_of(record), outcome, prompt_cell(record),
+             out_of_max(record), fmt_duration(record.queued), fmt_duration(record.ttft),
+             fmt_duration(record.tpot), fmt_duration(record.e2e), reason[:60])
     return tuple(cell if isinstance(cell, Text) else Text(cell) for cell in cells)
 
 
@@ -66,13 +101,28 @@ def request_detail(record: RequestRecordModel) -> RenderableType:
                      title_justify="left")
     for col in ("", "estimated", "happened"):
         happened.add_column(col, justify="right")
-    happened.add_row("TTFT", fmt_seconds(d.est_ttft if d else None), fmt_seconds(record.ttft))
-    happened.add_row("e2e", fmt_seconds(d.est_e2e if d else None), fmt_seconds(record.e2e))
-    happened.add_row("queued", "", fmt_seconds(record.queued))
-    happened.add_row("TPOT", "", fmt_seconds(record.tpot))
+    happened.add_row("TTFT", fmt_duration(d.est_ttft if d else None), fmt_duration(record.ttft))
+    happened.add_row("e2e", fmt_duration(d.est_e2e if d else None), fmt_duration(record.e2e))
+    happened.add_row("queued", "", fmt_duration(record.queued))
+    happened.add_row("TPOT", "", fmt_duration(record.tpot))
     out = "?" if record.output_tokens is None else str(record.output_tokens)
-    happened.add_row("tokens", f"prompt ~{record.prompt_tokens}, max {record.max_tokens}", f"{out} out, {record.outcome}")
-    return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _limits_text(record))
+    happened.add_row("tokens", f"prompt {prompt_cell(record)} ({record.prompt_tokens_source}), max {record.max_tokens}",
+                     f"{out} out ({record.output_tokens_source or 'unknown'}), {record.outcome}")
+    return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _service_text(record),
+                 _limits_text(record))
+
+
+def _service_text(record: RequestRecordModel) -> Text:
+    """Its class, its own targets, whether it met them, and what it cost."""
+    text = Text("class  ", style="bold")
+    text.append(record.service_class or "-", style="bold")
+    text.append(f"  targets TTFT {fmt_duration(record.ttft_target)}, TPOT {fmt_duration(record.tpot_target)}")
+    if record.met is not None:
+        text.append("  met" if record.met else "  missed", style="green" if record.met else "bold red")
+    if record.gpu_seconds is not None:
+        text.append(f"\ncost   {record.gpu_seconds:.3f} GPU-s, {record.cpu_core_seconds or 0.0:.2f} CPU-core-s "
+                    "(its share of each engine's time while held)")
+    return text
 
 
 def _inputs_table(record: RequestRecordModel) -> Table:
@@ -84,7 +134,7 @@ def _inputs_table(record: RequestRecordModel) -> Table:
         kv = "–" if view.kv_cache_usage is None else f"{view.kv_cache_usage * 100:.0f}%"
         state = view.state if view.usable else f"{view.state} (not usable)"
         table.add_row(f"{view.name} ({view.device})", state, str(view.running), str(view.waiting),
-                      str(view.inflight), kv, fmt_seconds(view.tpot_recent), fmt_seconds(view.ttft_recent),
+                      str(view.inflight), kv, fmt_duration(view.tpot_recent), fmt_duration(view.ttft_recent),
                       "–" if view.prefill_speed is None else f"{view.prefill_speed:,.0f}")
     if not record.inputs:
         table.add_row("(not routed: nothing was decided)", "", "", "", "", "", "", "", "")
@@ -108,11 +158,17 @@ def advice_view(advice: AdviceModel | None) -> RenderableType:
     head = Text.assemble(("advice of ", "dim"), (when, "bold"),
                          (f"  -- {advice.requests} requests over {advice.window_s:.0f} s replayed", "dim"))
     profiles = ", ".join(f"{k}: {v}" for k, v in sorted(advice.profiles.items()))
-    summary = Text(advice.summary, style="bold")
-    error = ", ".join(f"{k} {v * 100:+.0f}%" for k, v in sorted(advice.current_error.items()))
+    refused = advice.refused is not None and not advice.forced
+    summary = Text(advice.summary, style="bold yellow" if refused else "bold")
+    order = [k for k in FIGURES if k in advice.current_error] + sorted(k for k in advice.current_error
+                                                                      if k not in FIGURES)
+    error = ", ".join(f"{FIGURES.get(k, k)} {advice.current_error[k] * 100:+.0f}%" for k in order)
     parts: list[RenderableType] = [head, summary]
+    if advice.forced and advice.refused:
+        parts.append(Text(f"forced although: {advice.refused}", style="yellow"))
     if error:
-        parts.append(Text(f"the current setting predicted vs what happened: {error}", style="dim"))
+        bound = f" (bound {advice.error_bound:.0%})" if advice.error_bound is not None else ""
+        parts.append(Text(f"self-check, the current setting predicted vs what happened{bound}: {error}", style="dim"))
     if profiles:
         parts.append(Text(f"profiles: {profiles}", style="dim"))
     parts += [Text(""), _options_table(advice.options, advice.recommended)]
@@ -121,12 +177,14 @@ def advice_view(advice: AdviceModel | None) -> RenderableType:
 
 def _options_table(options: Sequence[AdviceOption], recommended: int | None) -> Table:
     table = Table(box=None, show_header=True, header_style="bold")
-    for col in ("", "setting", "goodput", "req/s", "TTFT p50", "TTFT p99", "TPOT p99", "CPU share"):
+    for col in ("", "setting", "goodput req/s", "throughput req/s", "TTFT p50", "TTFT p99", "TPOT p99",
+                "output tokens/s", "CPU share"):
         table.add_column(col, justify="left" if col in ("", "setting") else "right")
     for i, option in enumerate(options):
-        mark = ("→ " if i == recommended else "  ") + ("now" if option.current else "")
+        mark = ("→ " if i == recommended else "= " if option.tied else "  ") + ("now" if option.current else "")
         style = "bold green" if i == recommended else "bold" if option.current else ""
         table.add_row(mark, option.label, f"{option.goodput:.2f}", f"{option.throughput:.2f}",
-                      fmt_seconds(option.ttft_p50), fmt_seconds(option.ttft_p99), fmt_seconds(option.tpot_p99),
+                      fmt_duration(option.ttft_p50), fmt_duration(option.ttft_p99), fmt_duration(option.tpot_p99),
+                      "–" if option.output_tps is None else f"{option.output_tps:,.1f}",
                       f"{option.cpu_share * 100:.0f}%", style=style)
     return table

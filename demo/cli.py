@@ -10,7 +10,9 @@ from rich.console import Console
 
 from demo.llama import CONTEXT_LIMIT as LLAMA_CONTEXT_LIMIT
 from demo.stack import CPU_PROFILE, GPU_PROFILE, StackOptions
-from demo.workload import CONTEXT_LIMIT, TraceError, choose_trace
+from demo.workload import TraceError, choose_trace
+from sim.command import positive_float
+from sim.traces import CONTEXT_LIMIT
 from syshaxd.cli import UsageError
 from syshaxd.config import ConfigError, coerce_value, validate
 
@@ -38,23 +40,13 @@ llamacpp-slots protocol.
 """
 
 
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be above 0, not {text}")
-    return value
-
-
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``syshax demo``."""
     p = sub.add_parser(
         "demo", help="run syshax on simulated engines with a replayed workload and the console",
         description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--load", type=_positive, default=0.2, metavar="X",
+    p.add_argument("--load", type=positive_float, default=0.2, metavar="X",
                    help="request rate as a multiple of the trace's (~5.5 req/s); default 0.2, "
                         "enough to saturate the GPU in bursts")
     p.add_argument("--policy", choices=POLICIES, default="classic",
@@ -63,14 +55,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--handoff", choices=HANDOFFS, default=None,
                    help="prefill/decode handoff protocol of the engine pair (default syshax; "
                         "llamacpp-slots with --engines llama)")
-    p.add_argument("--speed", type=_positive, default=None, metavar="X",
+    p.add_argument("--speed", type=positive_float, default=None, metavar="X",
                    help="simulated time runs X times faster than real time (default 3; higher "
                         "speeds can make this machine's CPU, not the simulated GPU, the bottleneck)")
-    p.add_argument("--duration", type=_positive, default=None, metavar="SECONDS",
+    p.add_argument("--duration", type=positive_float, default=None, metavar="SECONDS",
                    help="stop by itself after this many seconds (default: run until stopped)")
     p.add_argument("--headless", action="store_true",
                    help="print status lines instead of the console (automatic without a terminal)")
-    p.add_argument("--interval", type=_positive, default=3.0, metavar="SECONDS",
+    p.add_argument("--interval", type=positive_float, default=3.0, metavar="SECONDS",
                    help="seconds between status lines when headless (default 3)")
     p.add_argument("--json-summary", type=Path, default=None, metavar="PATH",
                    help="also write the final summary as JSON to PATH")

@@ -33,7 +33,8 @@ from demo.status import (
     status_line,
     summary_tables,
 )
-from demo.workload import CONTEXT_LIMIT, Trace, schedule
+from demo.workload import Trace, schedule
+from sim.traces import CONTEXT_LIMIT
 
 #: The console's quit binding, extended so Ctrl-C quits too (Textual's own Ctrl-C only hints).
 CONSOLE_KEYMAP = 'quit: "q,ctrl+c"\n'

@@ -30,13 +30,12 @@ from datetime import datetime
 from importlib import resources
 from pathlib import Path
 
+from sim.traces import CONTEXT_LIMIT
+
 #: Where the workspace keeps the full trace, relative to the repository checkout.
 REAL_TRACE = Path("../shared/traces/azure_llm_2023/AzureLLMInferenceTrace_conv.csv")
 SAMPLE_NAME = "mix.csv"
 SAMPLE_ROWS = 400
-#: The simulated engines' max_model_len (sysHAX's guide: --max_model_len=8192), with room
-#: for the chat template.
-CONTEXT_LIMIT = 8192 - 64
 
 
 class TraceError(Exception):

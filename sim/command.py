@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 DIALECTS = ("vllm-v1", "vllm-v0", "llamacpp", "sglang")
 
 
-def _positive_float(text: str) -> float:
+def positive_float(text: str) -> float:
+    """An argparse type: a number above 0 (``syshax sim`` and ``syshax demo`` take speeds and rates so)."""
     try:
         value = float(text)
     except ValueError:
@@ -44,7 +45,7 @@ def _port(text: str) -> int:
 
 def _common_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1", help="bind address (default 127.0.0.1)")
-    p.add_argument("--speed", type=_positive_float, default=1.0, metavar="S",
+    p.add_argument("--speed", type=positive_float, default=1.0, metavar="S",
                    help="time scale: 20 runs 20 times faster than real time (default 1)")
     p.add_argument("--served-model-name", default="ds-32b", metavar="M", help="model name clients use (default ds-32b)")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault dice (default 0)")

@@ -317,12 +317,7 @@ class EngineCore:
                 result.finished.append(seq)
         result.prefill_tokens = prompt_work
         result.decode_tokens = len(result.tokens)
-        self.now = end
-        self.counters.add_step(result, duration)
-        for seq in result.finished:
-            self.running.remove(seq)
-            self._finish(seq, seq.req.finish_reason, end)
-        return result
+        return self._close_step(result, duration)
 
     # -- fast-forward ------------------------------------------------------------
     def _pure_decode(self) -> bool:
@@ -374,14 +369,18 @@ class EngineCore:
             if seq.generated >= seq.req.max_new_tokens:
                 result.finished.append(seq)
         result.decode_tokens = batch * k
-        self.now = end
+        return self._close_step(result, duration)
+
+    # -- bookkeeping -------------------------------------------------------------
+    def _close_step(self, result: StepResult, duration: float) -> StepResult:
+        """Move the clock to the step's end, count it, and finish what it finished."""
+        self.now = result.end
         self.counters.add_step(result, duration)
         for seq in result.finished:
             self.running.remove(seq)
-            self._finish(seq, seq.req.finish_reason, end)
+            self._finish(seq, seq.req.finish_reason, result.end)
         return result
 
-    # -- bookkeeping -------------------------------------------------------------
     def _finish(self, seq: Seq, reason: str, at: float) -> None:
         seq.finished_at = at
         seq.finish_reason = reason

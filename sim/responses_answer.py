@@ -11,16 +11,14 @@ away aborts the request; ``die_mid_stream`` ends the process after the 3rd event
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from sim.api_request import GenSpec
 from sim.engine import SimEngine
-from sim.faults import DIE_AFTER_CHUNKS
 from sim.full_answer import finished
-from sim.generation import Plan, after_finish, llama_timings, next_event
+from sim.generation import Plan, after_finish, llama_timings
 from sim.realtime import Handle, TokenEvent
 from sim.responses_format import (
     LlamaEvents,
@@ -33,6 +31,7 @@ from sim.responses_format import (
 )
 from sim.responses_request import ResponsesParams
 from sim.stops import StreamText
+from sim.token_stream import relay
 
 
 async def full_response(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
@@ -84,41 +83,12 @@ class _Tokens:
         return out
 
 
-async def stream_response(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                          disconnected: Callable[[], asyncio.Future[Any]], events: VllmEvents | LlamaEvents,
-                          early: TokenEvent | None = None) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed Responses answer; a client that goes away aborts the request.
+def stream_response(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                    disconnected: Callable[[], asyncio.Future[Any]], events: VllmEvents | LlamaEvents,
+                    early: TokenEvent | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed Responses answer (:func:`sim.token_stream.relay`).
 
     ``early`` is a first event already taken from the request's queue (llama-server).
     """
     tokens = _Tokens(engine, spec, plan, handle, events)
-    die = engine.faults.take_mid_stream_death()
-    sent = 0
-    gone = disconnected()
-    batch = events.opening()
-    try:
-        while True:
-            if die:
-                for chunk in batch:
-                    yield chunk
-                    sent += 1
-                    if sent >= DIE_AFTER_CHUNKS:
-                        await asyncio.sleep(0.05)  # let the kernel take the bytes already written
-                        os._exit(1)
-            elif batch:
-                yield b"".join(batch)
-            if tokens.finished:
-                return
-            event = early if early is not None else await next_event(handle, gone)
-            early = None
-            if event is None:
-                return
-            engine.result_posted()
-            batch = tokens.of(event)
-            while not tokens.finished and not handle.events.empty():
-                batch += tokens.of(handle.events.get_nowait())  # late: what is queued goes in the same write
-    finally:
-        gone.cancel()
-        engine.done(plan.core_rid)
-        if not tokens.finished:
-            engine.live.abort(plan.core_rid)
+    return relay(engine, plan, handle, disconnected, tokens, events.opening(), early)

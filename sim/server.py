@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -36,11 +36,12 @@ from sim.full_answer import full_answer
 from sim.generation import Plan
 from sim.llama_server import models_json, props_json
 from sim.metrics import Override
-from sim.realtime import Handle
+from sim.realtime import Handle, TokenEvent
 from sim.responses_answer import full_response, response_events, stream_response
 from sim.responses_request import ResponsesParams, llama_request, vllm_request
 from sim.slots import slot_action, slots_json
-from sim.stream_answer import first_event, stream_answer
+from sim.stream_answer import stream_answer
+from sim.token_stream import first_event
 from sim.utility_routes import UtilityRoutes
 
 #: What `GET /version` says (llama-server has no such route).
@@ -158,6 +159,17 @@ class _Routes:
             return asyncio.ensure_future(watch())
         return disconnected
 
+    async def _stream(self, plan: Plan, handle: Handle, disconnected: Callable[[], asyncio.Future[Any]],
+                      headers: dict[str, str], body: Callable[[TokenEvent | None], AsyncIterator[bytes]]) -> Response:
+        """A streamed answer, ``body`` given the first event where it was awaited already (499: the client left)."""
+        early = None
+        if self.dialect == "llamacpp":
+            # llama-server sends its status and headers with the first token, not before
+            early = await first_event(self.engine, plan, handle, disconnected)
+            if early is None:
+                return Response(status_code=499)
+        return StreamingResponse(body(early), media_type="text/event-stream", headers=headers)
+
     async def _generate(self, request: Request, kind: Kind, native: bool = False) -> Response:
         engine = self.engine
         raw, faulted = await self._faults_first(request)
@@ -177,14 +189,8 @@ class _Routes:
         headers = generation.response_headers(plan)
         disconnected = self._watcher(request)
         if spec.stream:
-            early = None
-            if self.dialect == "llamacpp":
-                # llama-server sends its status and headers with the first token, not before
-                early = await first_event(engine, plan, handle, disconnected)
-                if early is None:
-                    return Response(status_code=499)
-            return StreamingResponse(stream_answer(engine, spec, plan, handle, disconnected, early),
-                                     media_type="text/event-stream", headers=headers)
+            return await self._stream(plan, handle, disconnected, headers,
+                                      lambda early: stream_answer(engine, spec, plan, handle, disconnected, early))
         answer = await full_answer(engine, spec, plan, handle, disconnected, native=native)
         if answer is None:
             return Response(status_code=499)
@@ -212,14 +218,10 @@ class _Routes:
         headers = generation.response_headers(plan)
         disconnected = self._watcher(request)
         if spec.stream:
-            early = None
-            if self.dialect == "llamacpp":
-                early = await first_event(engine, plan, handle, disconnected)
-                if early is None:
-                    return Response(status_code=499)
             events = response_events(spec, plan, params, created)
-            return StreamingResponse(stream_response(engine, spec, plan, handle, disconnected, events, early),
-                                     media_type="text/event-stream", headers=headers)
+            return await self._stream(plan, handle, disconnected, headers,
+                                      lambda early: stream_response(engine, spec, plan, handle, disconnected, events,
+                                                                    early))
         answer = await full_response(engine, spec, plan, handle, disconnected, params, created)
         if answer is None:
             return Response(status_code=499)

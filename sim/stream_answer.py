@@ -10,7 +10,6 @@ tokens (syshaxd does). A client that goes away aborts the request at once.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -18,28 +17,11 @@ from typing import Any
 from sim.api_format import SSE_DONE, ChunkWriter
 from sim.api_request import GenSpec
 from sim.engine import SimEngine
-from sim.faults import DIE_AFTER_CHUNKS
-from sim.generation import Plan, after_finish, llama_timings, next_event
+from sim.generation import Plan, after_finish, llama_timings
 from sim.llama_format import LlamaChunkWriter
 from sim.realtime import Handle, TokenEvent
 from sim.stops import StreamText
-
-
-async def first_event(engine: SimEngine, plan: Plan, handle: Handle,
-                      disconnected: Callable[[], asyncio.Future[Any]]) -> TokenEvent | None:
-    """Wait for a request's first token (llama-server sends no headers before it).
-
-    None when the client went away first; the request is then aborted.
-    """
-    gone = disconnected()
-    try:
-        event = await next_event(handle, gone)
-    finally:
-        gone.cancel()
-    if event is None:
-        engine.live.abort(plan.core_rid)
-        engine.done(plan.core_rid)
-    return event
+from sim.token_stream import relay
 
 
 def _writer(engine: SimEngine, spec: GenSpec, plan: Plan) -> ChunkWriter:
@@ -56,8 +38,9 @@ def _writer(engine: SimEngine, spec: GenSpec, plan: Plan) -> ChunkWriter:
 class _Chunks:
     """The SSE chunks of one streamed answer, event by event."""
 
-    def __init__(self, engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle) -> None:
+    def __init__(self, engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle, done: bool = True) -> None:
         self.engine, self.spec, self.plan, self.handle = engine, spec, plan, handle
+        self.done = done  # end with [DONE] (false: the truncation fault)
         self.writer = _writer(engine, spec, plan)
         self.text = StreamText(plan.text_key, plan.offset, spec.stop, plan.stop.cut if plan.stop else None,
                                llama=engine.dialect == "llamacpp")
@@ -66,7 +49,7 @@ class _Chunks:
         self.finished = False
 
     def of(self, event: TokenEvent) -> list[bytes]:
-        """The chunks of one event: the role chunk first, then one per token, the end with the last."""
+        """The chunks of one event: the role chunk first, then one per token, the tail with the last."""
         out = []
         if not self.started:
             self.started = True
@@ -86,49 +69,22 @@ class _Chunks:
         if not event.tokens and reason is not None:
             out.append(self.writer.content("", 0, reason))
         self.generated += event.tokens
+        if self.finished:
+            out += self._tail()
         return out
 
-    def tail(self, done: bool = True) -> list[bytes]:
-        """What follows the last token: the usage chunk when asked for, then ``[DONE]`` (unless ``done`` is false)."""
+    def _tail(self) -> list[bytes]:
+        """What follows the last token: the usage chunk when asked for, then ``[DONE]`` (unless truncated)."""
         usage = self.writer.final_usage()
-        return [c for c in (usage, SSE_DONE if done else None) if c is not None]
+        return [c for c in (usage, SSE_DONE if self.done else None) if c is not None]
 
 
-async def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
-                        disconnected: Callable[[], asyncio.Future[Any]],
-                        early: TokenEvent | None = None) -> AsyncIterator[bytes]:
-    """The SSE body of a streamed answer; a client that goes away aborts the request.
+def stream_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+                  disconnected: Callable[[], asyncio.Future[Any]],
+                  early: TokenEvent | None = None) -> AsyncIterator[bytes]:
+    """The SSE body of a streamed answer (:func:`sim.token_stream.relay`).
 
-    ``early`` is a first event already taken from the request's queue (see :func:`first_event`).
+    ``early`` is a first event already taken from the request's queue (see :func:`sim.token_stream.first_event`).
     """
-    chunks = _Chunks(engine, spec, plan, handle)
-    die = engine.faults.take_mid_stream_death()
-    done = not engine.faults.take_truncation()
-    sent = 0
-    gone = disconnected()
-    try:
-        while not chunks.finished:
-            event = early if early is not None else await next_event(handle, gone)
-            early = None
-            if event is None:
-                return
-            engine.result_posted()
-            batch = chunks.of(event)
-            while not chunks.finished and not handle.events.empty():
-                batch += chunks.of(handle.events.get_nowait())  # late: what is queued goes in the same write
-            if chunks.finished:
-                batch += chunks.tail(done)
-            if not die:
-                yield b"".join(batch)
-                continue
-            for chunk in batch:
-                yield chunk
-                sent += 1
-                if sent >= DIE_AFTER_CHUNKS:
-                    await asyncio.sleep(0.05)  # let the kernel take the bytes already written
-                    os._exit(1)
-    finally:
-        gone.cancel()
-        engine.done(plan.core_rid)
-        if not chunks.finished:
-            engine.live.abort(plan.core_rid)
+    chunks = _Chunks(engine, spec, plan, handle, done=not engine.faults.take_truncation())
+    return relay(engine, plan, handle, disconnected, chunks, early=early)

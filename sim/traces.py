@@ -36,6 +36,10 @@ TRACE_FILES = {
     "arxiv": "arxiv_summarization_lengths/arxiv_summarization_stats_llama2_tokenizer_filtered_v2.csv",
 }
 TRACE_DIR_ENV = "SYSHAX_TRACE_DIR"
+#: The tokens (prompt + output) a replayed request may hold: sysHAX's guide runs both engines
+#: with --max_model_len=8192 (the shipped profiles' ``max_model_len``), less room for the chat
+#: template. The demo and the benchmarks fit each trace request to it.
+CONTEXT_LIMIT = 8192 - 64
 
 
 class TraceError(ValueError):

@@ -78,6 +78,8 @@ class ParsedRequest:
     messages: int = 0  # chat messages (the class rules may count them)
     temperature: float | None = None
     ask: ServiceAsk = NO_ASK
+    #: The client's W3C trace context (``traceparent``, ``tracestate``), when it sent one.
+    trace: tuple[tuple[str, str], ...] = ()
 
     @property
     def path(self) -> str:

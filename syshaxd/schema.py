@@ -94,16 +94,16 @@ class RequestRecordModel(_Wire):
     arrival: float  # time.time() when the request arrived
     kind: str  # chat, completion
     stream: bool
-    prompt_tokens: int  # syshaxd's estimate
+    prompt_tokens: int  # the engine's count, or syshaxd's estimate (prompt_tokens_source says which)
     max_tokens: int
-    output_tokens: int | None = None  # streamed: events counted; None when not known
+    output_tokens: int | None = None  # None when not known (output_tokens_source says where it came from)
     outcome: str
     decision: DecisionModel | None = None  # None: never routed (refused, timed out waiting)
     inputs: list[EngineInputModel] = Field(default_factory=list)
     limits: dict[str, Any] = Field(default_factory=dict)  # the decider's settings at that moment
     queued: float | None = None  # seconds from arrival to the decision
     ttft: float | None = None
-    tpot: float | None = None  # (e2e - ttft) / (output_tokens - 1)
+    tpot: float | None = None  # (last token - first token written to the client) / (output_tokens - 1)
     e2e: float
     service_class: str | None = None  # the class it ran in
     ttft_target: float | None = None  # its own targets (the class's, or its headers'), seconds
@@ -114,6 +114,10 @@ class RequestRecordModel(_Wire):
     #: CPU-core-seconds.
     gpu_seconds: float | None = None
     cpu_core_seconds: float | None = None
+    #: Where output_tokens came from: "usage" (the engine's), "timings" (llama-server's),
+    #: "counted" (the deltas the client got); None when unknown.
+    output_tokens_source: str | None = None
+    prompt_tokens_source: str = "estimate"  # "usage", "timings", or "estimate" (syshaxd's own)
 
 
 class AdviceOption(_Wire):
@@ -126,8 +130,11 @@ class AdviceOption(_Wire):
     ttft_p50: float | None = None  # seconds
     ttft_p99: float | None = None
     tpot_p99: float | None = None
+    tpot_p50: float | None = None
+    output_tps: float | None = None  # predicted output tokens/s
     cpu_share: float = 0.0  # share of requests the CPU served (whole or decode)
     current: bool = False  # the daemon's setting when the window was recorded
+    tied: bool = False  # differs from the recommendation only within advise's own error
 
 
 class AdviceModel(_Wire):
@@ -144,6 +151,11 @@ class AdviceModel(_Wire):
     current_error: dict[str, float] = Field(default_factory=dict)
     recommended: int | None = None  # index into options
     summary: str = ""  # one sentence for people
+    #: Why advise recommends nothing (its error over the bound, a window too short or thin,
+    #: profiles not of these engines); None when it advises.
+    refused: str | None = None
+    error_bound: float | None = None  # the largest self-check error advise accepts (0.5: 50%)
+    forced: bool = False  # advised although refused (``--force``)
 
 
 class ClassStatsModel(_Wire):

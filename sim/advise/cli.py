@@ -16,13 +16,17 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.advise import choose, daemon, options, predict, table, window
+from sim.advise import check, choose, daemon, options, predict, table, window
+from sim.calibrate.identity import PROBE_ID_PREFIX
 from syshaxd.cli import CommandError, UsageError
 from syshaxd.cli.control import ControlClient, connect
 from syshaxd.routing import Limits
 from syshaxd.schema import AdviceModel, StateModel
 
-__all__ = ["register", "run"]
+__all__ = ["REFUSED", "register", "run"]
+
+#: The exit code when advise recommends nothing (its self-check failed; see sim.advise.check).
+REFUSED = 3
 
 
 def _positive(text: str) -> float:
@@ -39,7 +43,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         description="Replay the requests the running daemon recorded through the virtual-time simulator under "
         "gpu-only, classic and adaptive with a small grid of batch limits and auto-PD on/off; print each one's "
         "predicted goodput, throughput, TTFT, TPOT and CPU share, the current setting's predicted-vs-actual "
-        "error on the same window, and a recommendation. The advice is sent to the daemon for the console.")
+        "error on the same window, and a recommendation. It replays the current setting first and recommends "
+        "nothing (exit 3) when that replay misses what happened by more than --max-error, the window is too "
+        "thin or short, or a profile is not of its engine. The advice is sent to the daemon for the console.")
     # After the subcommand too, as the daemon's own commands take it (SUPPRESS keeps a --config
     # given before the subcommand).
     p.add_argument("--config", metavar="PATH", default=argparse.SUPPRESS, help="config file to use")
@@ -51,7 +57,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="CPU profile: a shipped name or a profile file (default: what a simulated CPU engine runs)")
     p.add_argument("--speed", type=_positive, metavar="S",
                    help="the engines' clock speed-up (default: what simulated engines report, else 1)")
-    p.add_argument("--apply", action="store_true", help="switch the daemon to the recommended setting (one PATCH)")
+    p.add_argument("--apply", action="store_true",
+                   help="switch the daemon to the recommended setting (one PATCH); refused when advise recommends "
+                        "nothing")
+    p.add_argument("--force", action="store_true",
+                   help="advise (and --apply) even when the self-check fails; the warning is printed")
+    p.add_argument("--max-error", type=_positive, default=check.MAX_ERROR, metavar="SHARE",
+                   help="the largest error of the current setting's replay against what happened, on goodput, "
+                        f"TTFT p50/p99, TPOT p50/p99 and output tokens/s, before advise refuses (default "
+                        f"{check.MAX_ERROR:g}: {check.MAX_ERROR:.0%})")
+    p.add_argument("--min-requests", type=int, default=check.MIN_REQUESTS, metavar="N",
+                   help=f"the fewest recorded requests advise recommends from (default {check.MIN_REQUESTS})")
+    p.add_argument("--min-seconds", type=_positive, default=check.MIN_SECONDS, metavar="S",
+                   help=f"the shortest window advise recommends from, seconds (default {check.MIN_SECONDS:g})")
     p.add_argument("--json", action="store_true", help="print the advice as JSON (AdviceModel) instead of tables")
     p.set_defaults(func=run)
 
@@ -81,6 +99,8 @@ def _replay(win: window.Window, settings: Sequence[options.Setting], base: Limit
 
 def _apply(client: ControlClient, advice: AdviceModel, console: Console) -> None:
     if advice.recommended is None:
+        console.print("--apply: advise recommends nothing, so nothing changed (--force applies its best option "
+                      "anyway)")
         return
     chosen = advice.options[advice.recommended]
     change = daemon.apply(client, chosen.settings)
@@ -96,6 +116,12 @@ def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Windo
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     records = daemon.fetch_records(client, args.last)
+    # calibrate's probes measured an engine, they are not traffic (sim.calibrate.identity).
+    traffic = [r for r in records if not r.request_id.startswith(PROBE_ID_PREFIX)]
+    if len(traffic) < len(records):
+        Console(stderr=True).print(f"note: {len(records) - len(traffic)} requests of `syshax calibrate`'s probes "
+                                   "left out")
+    records = traffic
     try:
         win = window.window_of(records)
     except ValueError as exc:
@@ -103,44 +129,86 @@ def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Windo
     return win, daemon.fetch_state(client)
 
 
+def _refusal(actual: window.Measured, mine: window.Measured, misfits: list[str], bounds: check.Bounds) -> str | None:
+    """Why advise recommends nothing, in one sentence, or None (see :mod:`sim.advise.check`)."""
+    if misfits:
+        return (f"advise recommends nothing: the profiles are not of these engines ({'; '.join(misfits)}), so "
+                "its replay says nothing about them: calibrate each engine (`syshax calibrate`) and pass its file.")
+    thin = check.window_problem(actual, bounds)
+    if thin is not None:
+        return f"advise recommends nothing: {thin}."
+    over = check.over_bound(mine, actual, bounds.max_error)
+    if over:
+        return (f"advise recommends nothing: its replay of the current setting misses what happened by more than "
+                f"its {bounds.max_error:.0%} bound ({', '.join(over)}), so its predictions for other settings "
+                "cannot be trusted either (calibrate the engines on a quiet machine, or record a calmer window).")
+    return None
+
+
+def _basis(mine: window.Measured, actual: window.Measured) -> str:
+    judged = check.judged(mine, actual)
+    worst = max((abs(v) for v in judged.values()), default=0.0)
+    return (f"its replay of the current setting is within {worst:.0%} of what happened on {actual.requests} "
+            f"requests over {actual.span:,.0f} s")
+
+
 def run(args: argparse.Namespace) -> int:
-    """Advise on the recorded window (see the module docstring)."""
+    """Advise on the recorded window (see the module docstring); 3 when it recommends nothing."""
     # Tables are wide: keep them readable when the output goes to a file or a pipe.
     out = Console(width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True)
+    bounds = check.Bounds(args.max_error, args.min_requests, args.min_seconds)
     client = connect(args)
     try:
         win, state = _read(args, client)
-        box, profiles = daemon.box_of(daemon.engine_facts(state), args.gpu_profile, args.cpu_profile, args.speed)
+        facts = daemon.engine_facts(state)
+        box, profiles = daemon.box_of(facts, args.gpu_profile, args.cpu_profile, args.speed)
+        misfits = check.profile_problems(daemon.roles(facts),
+                                         daemon.profiles_used(facts, box, args.gpu_profile, args.cpu_profile))
         running_policy, running = _running_limits(state)
         base = options.base_limits(win.limits) if win.limits else running
         current = options.current_setting(win.policy or running_policy, base)
-        settings = options.grid(current, base, box.gpu_slots())
-        predictions = _replay(win, settings, base, box, daemon.daemon_settings(state), err)
+        how = daemon.daemon_settings(state)
         actual = window.measure(win.outcomes, base.ttft_target, base.tpot_target)
-        choice = choose.choose(predictions, current, actual.span)
-        advice = choose.advice(predictions, current, actual, choice, profiles)
+        # The self-check first: the current setting replayed against what happened.
+        first = _replay(win, [current], base, box, how, err)[0]
+        mine = first.measured
+        current_error = check.errors(mine, actual)
+        refused = _refusal(actual, mine, misfits, bounds)
+        if refused is not None and args.force:
+            err.print(f"warning: --force: advising although {refused.removeprefix('advise recommends nothing: ')}")
+        predictions: list[predict.Prediction] = [first]
+        choice = None
+        if refused is None or args.force:
+            settings = options.grid(current, base, box.gpu_slots())
+            rest = iter(_replay(win, [s for s in settings if s != current], base, box, how, err))
+            predictions = [first if s == current else next(rest) for s in settings]
+            choice = choose.choose(predictions, current, actual.span, current_error, _basis(mine, actual),
+                                   box.gpu_slots())
+        advice = choose.advice(predictions, current, actual, choice, profiles, current_error, refused=refused,
+                               error_bound=bounds.max_error, forced=refused is not None and args.force,
+                               gpu_slots=box.gpu_slots())
         daemon.post_advice(client, advice)
-        mine = next((p.measured for p in predictions if p.setting == current), None)
         if args.json:
             print(advice.model_dump_json(indent=2))
         else:
             out.print(table.options_table(advice))
-            out.print(table.error_table(mine, actual, advice.current_error))
-            _notes(win, current, options.current_setting(running_policy, running), box.speed, out)
-            out.print(choice.summary)
+            out.print(table.error_table(mine, actual, current_error, bounds.max_error))
+            _notes(win, current, options.current_setting(running_policy, running), box, out)
+            out.print(advice.summary, soft_wrap=True)
         if args.apply:
             _apply(client, advice, err if args.json else out)
     finally:
         client.close()
-    return 0
+    return REFUSED if advice.recommended is None else 0
 
 
-def _notes(win: window.Window, current: options.Setting, running: options.Setting, speed: float,
+def _notes(win: window.Window, current: options.Setting, running: options.Setting, box: predict.Box,
            console: Console) -> None:
+    speed, slots = box.speed, box.gpu_slots()
     if win.settings_seen > 1:
         console.print(f"note: the window ran under {win.settings_seen} settings; the error compares the last")
     if running != current:
-        console.print(f"note: the window was recorded under {current.label()}; the daemon now runs {running.label()}")
+        console.print(f"note: the window was recorded under {current.label(slots)}; the daemon now runs {running.label(slots)}")
     if speed != 1.0:
         console.print(f"note: simulated engines at speed {speed:g}: times are wall-clock seconds, as the daemon saw them")

@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 from pydantic import TypeAdapter, ValidationError
 
+from sim.advise.check import EngineRole
 from sim.advise.predict import Box, Daemon
 from sim.profile import Profile, ProfileError, load_profile
 from syshaxd.cli import CommandError, UsageError
@@ -23,7 +24,7 @@ from syshaxd.schema import AdviceModel, ConfigChangeModel, RequestRecordModel, S
 from syshaxd.snapshot import Device
 
 __all__ = ["EngineFacts", "apply", "box_of", "daemon_settings", "engine_facts", "fetch_records", "fetch_state",
-           "post_advice"]
+           "post_advice", "profiles_used", "roles"]
 
 _RECORDS = TypeAdapter(list[RequestRecordModel])
 #: Seconds to wait for an engine's /sim/stats (a real engine answers 404 at once).
@@ -38,6 +39,8 @@ class EngineFacts:
     device: Device
     profile: str | None
     speed: float | None
+    url: str = ""
+    model: str | None = None  # the first id of its /v1/models (None: it lists none)
 
 
 def _parsed(what: str, parse: Any, data: Any) -> Any:
@@ -74,8 +77,32 @@ def engine_facts(state: StateModel) -> list[EngineFacts]:
             if isinstance(data, dict) and isinstance(data.get("profile"), str):
                 profile = data["profile"]
                 speed = float(data["speed"]) if isinstance(data.get("speed"), (int, float)) else 1.0
-            out.append(EngineFacts(e.name, e.device, profile, speed))
+            out.append(EngineFacts(e.name, e.device, profile, speed, e.url, _model_of(http, e.url)))
     return out
+
+
+def _model_of(http: httpx.Client, url: str) -> str | None:
+    try:
+        data = http.get(f"{url.rstrip('/')}/v1/models").json()
+    except (httpx.HTTPError, ValueError):
+        return None
+    cards = data.get("data") if isinstance(data, dict) else None
+    if isinstance(cards, list) and cards and isinstance(cards[0], dict) and isinstance(cards[0].get("id"), str):
+        return str(cards[0]["id"])
+    return None
+
+
+def roles(facts: list[EngineFacts]) -> list[EngineRole]:
+    """The engines as the profile check sees them."""
+    return [EngineRole(f.name, f.device, f.url, f.model, f.profile) for f in facts]
+
+
+def profiles_used(facts: list[EngineFacts], box: Box, gpu_profile: str | None,
+                  cpu_profile: str | None) -> dict[str, tuple[str, Profile]]:
+    """Engine name -> (the profile name or file advise replays it with, that profile)."""
+    given = {"gpu": gpu_profile, "cpu": cpu_profile}
+    names = {f.name: given[f.device] or f.profile or "" for f in facts}
+    return {name: (names[name], profile) for name, _, profile in box.engines}
 
 
 def _load(name_or_path: str, flag: str) -> Profile:

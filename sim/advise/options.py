@@ -49,11 +49,24 @@ class Setting:
             out["decider.auto_pd_offload"] = self.auto_pd_offload
         return out
 
-    def label(self) -> str:
-        """For people: ``classic, gpu batch 16, cpu batch 20, auto-PD off``."""
+    def label(self, gpu_slots: int | None = None) -> str:
+        """For people: ``classic, gpu batch 16, cpu batch 20, auto-PD off``.
+
+        With ``gpu_slots`` (what the GPU engine runs at once) the GPU batch reads as what the
+        engine really runs: ``gpu batch 8 (engine's)`` when no limit is set, ``gpu batch 64
+        (engine runs 8)`` when the limit is above what the engine can run.
+        """
         if self.policy == "gpu-only":
             return "gpu-only"
-        gpu = "unset" if self.gpu_max_batch_size is None else str(self.gpu_max_batch_size)
+        limit = self.gpu_max_batch_size
+        if gpu_slots is None:
+            gpu = "unset" if limit is None else str(limit)
+        elif limit is None:
+            gpu = f"{gpu_slots} (engine's)"
+        elif limit > gpu_slots:
+            gpu = f"{limit} (engine runs {gpu_slots})"
+        else:
+            gpu = str(limit)
         return (f"{self.policy}, gpu batch {gpu}, cpu batch {self.cpu_max_batch_size}, "
                 f"auto-PD {'on' if self.auto_pd_offload else 'off'}")
 

@@ -1,58 +1,74 @@
-"""The advice for people: a rich table of the options, the current setting's error, the verdict."""
+"""The advice for people: a rich table of the options, the current setting's self-check, the verdict.
+
+Durations read in milliseconds below a second (:mod:`sim.advise.units`), figures by the names
+an operator reads (TTFT p99, output tokens/s).
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from rich.table import Table
 from rich.text import Text
 
+from sim.advise import check
+from sim.advise.check import CHECKED
+from sim.advise.units import duration
 from sim.advise.window import Measured
 from syshaxd.schema import AdviceModel
 
 __all__ = ["error_table", "options_table"]
 
 
-def _ms(value: float | None) -> str:
-    return "-" if value is None else f"{value * 1000:,.0f}"
-
-
-def _s(value: float | None) -> str:
-    return "-" if value is None else f"{value:,.3f}"
-
-
 def options_table(advice: AdviceModel) -> Table:
-    """One row per option: predicted goodput, throughput, TTFT p50/p99, TPOT p99, CPU share."""
+    """One row per option: predicted goodput, throughput, TTFT p50/p99, TPOT p50/p99, output tokens/s, CPU share."""
     table = Table(title=f"{advice.requests} recorded requests over {advice.window_s:,.1f} s, replayed "
                         f"({', '.join(f'{d}: {p}' for d, p in sorted(advice.profiles.items()))})")
     table.add_column("", no_wrap=True)
     table.add_column("setting")
-    for name in ("goodput req/s", "throughput req/s", "TTFT p50 s", "TTFT p99 s", "TPOT p99 ms", "CPU share"):
+    for name in ("goodput req/s", "throughput req/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99",
+                 "output tokens/s", "CPU share"):
         table.add_column(name, justify="right")
     for i, o in enumerate(advice.options):
-        marks = ("* " if o.current else "  ") + ("->" if i == advice.recommended else "  ")
+        mark = "->" if i == advice.recommended else ("==" if o.tied else "  ")
         style = "bold green" if i == advice.recommended else ("bold" if o.current else "")
-        table.add_row(marks, Text(o.label, style=style), f"{o.goodput:,.2f}", f"{o.throughput:,.2f}",
-                      _s(o.ttft_p50), _s(o.ttft_p99), _ms(o.tpot_p99), f"{o.cpu_share:.0%}")
-    table.caption = "* current setting   -> recommended"
+        table.add_row(("* " if o.current else "  ") + mark, Text(o.label, style=style), f"{o.goodput:,.2f}",
+                      f"{o.throughput:,.2f}", duration(o.ttft_p50), duration(o.ttft_p99), duration(o.tpot_p50),
+                      duration(o.tpot_p99), "-" if o.output_tps is None else f"{o.output_tps:,.1f}",
+                      f"{o.cpu_share:.0%}")
+    table.caption = "* current setting   -> recommended   == tied with it (apart by less than advise's own error)"
     return table
 
 
-def error_table(predicted: Measured | None, actual: Measured, errors: dict[str, float]) -> Table:
-    """The current setting: predicted against what really happened on the same window."""
-    table = Table(title="current setting: predicted vs actual on the recorded window")
-    table.add_column("metric")
+def _rate(digits: int) -> Callable[[float], str]:
+    return lambda v: f"{v:,.{digits}f}"
+
+
+def error_table(predicted: Measured | None, actual: Measured, errors: dict[str, float],
+                bound: float | None = None) -> Table:
+    """The self-check: the current setting replayed against what really happened on the same window.
+
+    An error the bound judges and finds over it is red; one it does not judge (a p99 of too few
+    requests, a latency within a few milliseconds) is dim.
+    """
+    title = "self-check: the current setting, predicted vs what happened"
+    table = Table(title=title + (f" (bound {bound:.0%})" if bound is not None else ""))
+    table.add_column("figure")
     table.add_column("predicted", justify="right")
     table.add_column("actual", justify="right")
     table.add_column("error", justify="right")
-    rows = (
-        ("TTFT p50 s", "ttft_p50", _s), ("TTFT p99 s", "ttft_p99", _s), ("TPOT p99 ms", "tpot_p99", _ms),
-        ("throughput req/s", "throughput", lambda v: f"{v:,.2f}"),
-        ("output tokens/s", "output_tps", lambda v: f"{v:,.1f}"),
-        ("goodput req/s", "goodput", lambda v: f"{v:,.2f}"),
-    )
-    for title, key, fmt in rows:
+    formats: dict[str, Callable[[float], str]] = {
+        "goodput": _rate(2), "output_tps": _rate(1), "throughput": _rate(2)}
+    names = {**CHECKED, "goodput": "goodput req/s", "throughput": "throughput req/s"}
+    judged = check.judged(predicted, actual) if predicted is not None else {}
+    for key in (*CHECKED, "throughput"):
+        fmt = formats.get(key, duration)
         p = getattr(predicted, key) if predicted is not None else None
         a = getattr(actual, key)
         err = errors.get(key)
-        table.add_row(title, "-" if p is None else fmt(p), "-" if a is None else fmt(a),
-                      "-" if err is None else f"{err:+.0%}")
+        style = "dim" if key not in judged or judged[key] != err else ""
+        if bound is not None and key in judged and abs(judged[key]) > bound:
+            style = "bold red"
+        table.add_row(names[key], "-" if p is None else fmt(p), "-" if a is None else fmt(a),
+                      Text("-" if err is None else f"{err:+.0%}", style=style))
     return table

@@ -48,6 +48,7 @@ class Measured:
     ttft_p99: float | None
     tpot_p99: float | None
     cpu_share: float  # completed requests the CPU served (whole or decode)
+    tpot_p50: float | None = None
 
 
 def _quantile(values: list[float], key: str) -> float | None:
@@ -71,7 +72,7 @@ def measure(outcomes: Sequence[Outcome], ttft_target: float, tpot_target: float)
     return Measured(
         requests=len(outcomes), completed=len(done), span=span, goodput=rate(good), throughput=rate(len(done)),
         output_tps=rate(sum(o.output_tokens for o in done)), ttft_p50=_quantile(ttfts, "p50"),
-        ttft_p99=_quantile(ttfts, "p99"), tpot_p99=_quantile(tpots, "p99"),
+        ttft_p99=_quantile(ttfts, "p99"), tpot_p99=_quantile(tpots, "p99"), tpot_p50=_quantile(tpots, "p50"),
         cpu_share=sum(o.cpu for o in done) / len(done) if done else 0.0,
     )
 

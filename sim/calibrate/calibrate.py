@@ -1,14 +1,17 @@
-"""One calibration, start to end: check the engine is idle, measure, fit, write the profile.
+"""One calibration, start to end: check what answers and that it is idle, measure in repeats
+until the fits agree, fit, write the profile.
 
 The command line (:mod:`sim.calibrate.cli`) and the tests call :func:`calibrate`; it
-raises :class:`CalibrateError` with a message for the user when the engine is busy,
-unreachable, or gave too little to fit.
+raises :class:`CalibrateError` with a message for the user when the URL is syshaxd rather
+than an engine, the device asked for contradicts the engine's own, the engine is busy,
+unreachable, or gave too little to fit (each but the last overridden by ``force``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,11 +25,13 @@ from sim.calibrate.engine_info import (
     read_facts,
     read_load,
 )
-from sim.calibrate.fit import FitError, FitResult, fit
-from sim.calibrate.measure import Measurements, Progress, make_plan, run_plan
+from sim.calibrate.fit import Constants, FitError, FitResult, fit
+from sim.calibrate.identity import BoxEngine, box_engines, reported_device
+from sim.calibrate.measure import Measurements, Plan, Progress, make_plan, run_plan
 from sim.calibrate.nnls import nnls
 from sim.calibrate.probe import ProbeError
 from sim.calibrate.quality import TermFit, profile_fit
+from sim.calibrate.stability import REPEATS, SPREAD, Stability, judge
 from sim.calibrate.writer import LLAMACPP_BATCH, build, record, write
 from sim.profile import Profile, ProfileError, load_profile
 
@@ -55,6 +60,11 @@ class Options:
     rounds: int = 3
     settle: float = 20.0
     force: bool = False
+    repeats: int = REPEATS  # the most repeats measured before giving up on agreement
+    spread: float = SPREAD  # the largest spread of the repeats' predictions called stable
+
+
+Phase = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,8 @@ class Calibration:
     quality: list[TermFit]
     profile: Profile
     path: Path
+    stability: Stability
+    notes: tuple[str, ...] = ()  # what was overridden (--force) or taken from the engine
 
 
 def busy_message(url: str, load: Load) -> str:
@@ -77,14 +89,47 @@ def busy_message(url: str, load: Load) -> str:
             "is idle (drain it from the conductor first), or pass --force to measure anyway.")
 
 
-def _facts(opts: Options) -> EngineFacts:
+def box_message(url: str, who: str, engines: list[BoxEngine]) -> str:
+    """Why calibrate refuses syshaxd, naming the engines to calibrate instead."""
+    each = "; ".join(f"syshax calibrate {e.url} --device {e.device}" if e.url else f"engine {e.name} ({e.device})"
+                     for e in engines)
+    return (f"{url} is {who}, the box in front of the engines, not an engine: calibrating it would fit one "
+            f"engine's constants to the whole box. Calibrate each engine instead: {each or 'see syshax status'} "
+            "(--force measures the box anyway).")
+
+
+def _who(client: httpx.Client, opts: Options, notes: list[str]) -> str | None:
+    """The device to write: the one asked for, else the engine's own; refuses syshaxd and a contradiction."""
+    box = box_engines(client)
+    if box is not None:
+        message = box_message(opts.url, *box)
+        if not opts.force:
+            raise CalibrateError(message)
+        notes.append(f"--force: measured syshaxd ({box[0]}) as if it were one engine")
+    reported = reported_device(client)
+    if reported is None:
+        return opts.device
+    device, how = reported
+    if opts.device is not None and opts.device != device:
+        if not opts.force:
+            raise CalibrateError(f"--device {opts.device} contradicts the engine at {opts.url}: {how}. Pass "
+                                 f"--device {device}, or --force to write a {opts.device} profile anyway.")
+        notes.append(f"--force: a {opts.device} profile although {how}")
+        return opts.device
+    if opts.device is None:
+        notes.append(f"device {device}: {how}")
+    return device
+
+
+def _facts(opts: Options, notes: list[str]) -> tuple[EngineFacts, str | None]:
     with httpx.Client(base_url=opts.url.rstrip("/"), timeout=10.0) as client:
+        device = _who(client, opts, notes)
         dialect = detect_dialect(client) if opts.dialect == "auto" else opts.dialect
         load = read_load(client, dialect)
         if load.busy and not opts.force:
             raise CalibrateError(busy_message(opts.url, load))
         facts = read_facts(client, dialect)
-    return dataclasses.replace(facts, model=opts.model or facts.model)
+    return dataclasses.replace(facts, model=opts.model or facts.model), device
 
 
 def fold_api_overhead(result: FitResult) -> FitResult:
@@ -107,21 +152,67 @@ def fold_api_overhead(result: FitResult) -> FitResult:
     return dataclasses.replace(result, constants=folded)
 
 
-def calibrate(opts: Options, progress: Progress | None = None) -> Calibration:
+def _merge(into: Measurements, more: Measurements) -> None:
+    for probe, runs in more.samples.items():
+        into.samples.setdefault(probe, []).extend(runs)
+    into.duration += more.duration
+    into.skipped = more.skipped
+
+
+def _repeats(facts: EngineFacts, plan: Plan, opts: Options, progress: Progress | None,
+             phase: Phase | None) -> tuple[Measurements, Stability]:
+    """Measure the plan again and again (each repeat fitted alone) until the fits agree, the
+    repeats run out or the budget does; all the measurements, and how the fits agree."""
+    merged: Measurements | None = None
+    fits: list[Constants] = []
+    stability = judge([], [], [], opts.spread)
+    for k in range(opts.repeats):
+        left = opts.budget - (merged.duration if merged is not None else 0.0)
+        if left <= 0:
+            break
+        if phase:
+            phase(f"measuring, repeat {k + 1} of up to {opts.repeats}")
+        tag = f" [repeat {k + 1}/{opts.repeats}]"
+        shown: Progress | None = None
+        if progress is not None:
+            def shown(label: str, done: int, total: int, tag: str = tag, show: Progress = progress) -> None:
+                show(label + tag, done, total)
+        one = asyncio.run(run_plan(facts, plan, budget=left, settle=opts.settle, progress=shown))
+        if merged is None:
+            merged = one
+        else:
+            _merge(merged, one)
+        try:
+            fits.append(fold_api_overhead(fit(one.prefill_points(), one.decode_points())).constants)
+        except FitError:
+            pass  # a repeat the budget cut short: the merged fit still uses its points
+        stability = judge(fits, merged.prefill_points(), merged.decode_points(), opts.spread)
+        if stability.stable:
+            break
+    assert merged is not None  # the budget is positive
+    return merged, stability
+
+
+def calibrate(opts: Options, progress: Progress | None = None, phase: Phase | None = None) -> Calibration:
     """Measure the engine at ``opts.url`` and write its profile."""
+    notes: list[str] = []
+    if phase:
+        phase(f"reading the engine at {opts.url}")
     try:
-        facts = _facts(opts)
+        facts, device = _facts(opts, notes)
         base = opts.base or DEFAULT_BASE[facts.dialect]
         base_profile = load_profile(base)
         batch_cap = LLAMACPP_BATCH if facts.dialect == "llamacpp" else base_profile.max_num_batched_tokens
         plan = make_plan(facts, max_prompt=min(opts.max_prompt, batch_cap),
                          max_batch=min(opts.max_batch, facts.max_num_seqs or base_profile.max_num_seqs),
                          decode_tokens=opts.decode_tokens, rounds=opts.rounds)
-        measured = asyncio.run(run_plan(facts, plan, budget=opts.budget, settle=opts.settle, progress=progress))
+        measured, stability = _repeats(facts, plan, opts, progress, phase)
+        if phase:
+            phase("fitting")
         raw = fit(measured.prefill_points(), measured.decode_points())
         result = fold_api_overhead(raw)
         name = opts.name or f"calibrated-{facts.dialect}-{httpx.URL(facts.url).port or 80}"
-        data = build(base, facts, result, name=name, tag=f"calibrate {_day(measured)}", device=opts.device)
+        data = build(base, facts, result, name=name, tag=f"calibrate {_day(measured)}", device=device)
     except (EngineInfoError, ProbeError, ProfileError) as exc:
         raise CalibrateError(str(exc)) from None
     except FitError as exc:
@@ -132,11 +223,18 @@ def calibrate(opts: Options, progress: Progress | None = None) -> Calibration:
     path = opts.out or Path(f"{name}.yaml")
     calibration = record(facts, measured, result, quality)
     calibration["api_overhead_folded_s"] = float(f"{raw.constants.api_overhead:.6g}")
+    calibration["repeats"] = len(stability.fits)
+    calibration["stable"] = stability.stable
+    calibration["spread"] = float(f"{stability.spread:.4g}")
+    calibration["notes"] = notes
+    if phase:
+        phase(f"writing {path}")
     try:
         write(path, data, calibration)
     except OSError as exc:
         raise CalibrateError(f"cannot write the profile to {path}: {exc.strerror or exc}") from None
-    return Calibration(facts, measured, result, raw.constants.api_overhead, quality, load_profile(str(path)), path)
+    return Calibration(facts, measured, result, raw.constants.api_overhead, quality, load_profile(str(path)), path,
+                       stability, tuple(notes))
 
 
 def _day(measured: Measurements) -> str:

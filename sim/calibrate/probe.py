@@ -4,7 +4,8 @@ Prompts are lists of token ids (both vLLM and llama.cpp take them), drawn at ran
 no two prompts share a prefix the engine could serve from its cache; ``ignore_eos`` makes
 every answer exactly ``max_tokens`` long. Connections are not kept alive: llama-server
 closes idle ones without saying so, and a request sent on a closed connection would be
-timed from the wrong moment.
+timed from the wrong moment. Every probe is marked as one (:data:`~sim.calibrate.identity.PROBE_HEADER`
+and an ``X-Request-Id`` of :func:`~sim.calibrate.identity.probe_request_id`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from sim.calibrate.identity import PROBE_HEADER, probe_request_id
 
 #: Token ids drawn for prompts: above the special and byte tokens of common vocabularies,
 #: below the smallest common vocabulary size (Llama 2's 32,000).
@@ -103,9 +106,10 @@ async def stream_completion(client: httpx.AsyncClient, model: str, prompt: list[
             "temperature": 0.0, "stream_options": {"include_usage": True}}
     times: list[float] = []
     usage: dict[str, Any] = {}
+    headers = {PROBE_HEADER[0]: PROBE_HEADER[1], "X-Request-Id": probe_request_id()}
     start = time.perf_counter()
     try:
-        async with client.stream("POST", "/v1/completions", json=body) as resp:
+        async with client.stream("POST", "/v1/completions", json=body, headers=headers) as resp:
             if resp.status_code != 200:
                 text = (await resp.aread()).decode(errors="replace")
                 raise ProbeError(f"/v1/completions answered HTTP {resp.status_code}: {text[:300]}")

@@ -36,6 +36,9 @@ def summary_table(cal: Calibration) -> Table:
     table.add_row("KV cache", kv, "engine API")
     table.add_row("sequences at once", str(cal.profile.max_num_seqs), "engine API" if f.max_num_seqs else "base profile")
     table.add_row("context per request", f"{cal.profile.max_model_len:,}", "engine API" if f.max_model_len else "base profile")
+    for name, (low, high) in cal.stability.ranges().items():
+        table.add_row(f"over {len(cal.stability.fits)} repeats: {name}", f"{_us(low)} - {_us(high)}",
+                      "each repeat fitted alone")
     if cal.measured.skipped:
         table.add_row("probes left out", str(cal.measured.skipped), "the budget ran out (--budget)")
     return table

@@ -82,17 +82,7 @@ def _completion_prompt_tokens(prompt: Any) -> int:
     raise _bad("'prompt' must be a string, a one-element array of strings, or an array of token ids", "prompt")
 
 
-def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK) -> ParsedRequest:
-    """Validate a request body and fill in the default model and token limit.
-
-    ``ask`` is what the request's headers asked of its service level; the body's ``priority``
-    joins it and leaves the body (the conductor forwards the class's priority to the engines
-    only when ``service.forward_priority`` says so: an engine without priority scheduling
-    refuses the field).
-
-    Raises:
-        ApiError: 400 with a precise message for anything the engines could not serve.
-    """
+def _json_object(raw: bytes) -> dict[str, Any]:
     if not raw.strip():
         raise _bad("request body is empty; expected a JSON object")
     try:
@@ -106,6 +96,33 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         raise _bad(f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
         raise _bad(f"request body must be a JSON object, not {type(body).__name__}")
+    return body
+
+
+def _priority(value: Any) -> int | None:
+    """The body's ``priority`` in vLLM's convention (lower first), checked."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"'priority' must be an integer (lower runs first, as in vLLM), got {json.dumps(value)[:40]}",
+                   "priority")
+    if not -1000 <= value <= 1000:
+        raise _bad(f"'priority' must be from -1000 to 1000 (lower runs first), got {value}", "priority")
+    return value
+
+
+def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK) -> ParsedRequest:
+    """Validate a request body and fill in the default model and token limit.
+
+    ``ask`` is what the request's headers asked of its service level; the body's ``priority``
+    joins it and leaves the body (the conductor forwards the class's priority to the engines
+    only when ``service.forward_priority`` says so: an engine without priority scheduling
+    refuses the field).
+
+    Raises:
+        ApiError: 400 with a precise message for anything the engines could not serve.
+    """
+    body = _json_object(raw)
 
     changed = False
     model = body.get("model")
@@ -150,14 +167,9 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         raise _bad("'temperature' must be a number", "temperature")
 
     if "priority" in body:
-        priority = body.pop("priority")
         changed = True
+        priority = _priority(body.pop("priority"))
         if priority is not None:
-            if isinstance(priority, bool) or not isinstance(priority, int):
-                raise _bad(f"'priority' must be an integer (lower runs first, as in vLLM), got "
-                           f"{json.dumps(priority)[:40]}", "priority")
-            if not -1000 <= priority <= 1000:
-                raise _bad(f"'priority' must be from -1000 to 1000 (lower runs first), got {priority}", "priority")
             ask = ServiceAsk(ask.class_name, ask.ttft_ms, ask.tpot_ms, priority)
 
     num_decode = body.get("num_decode_tokens")

@@ -9,6 +9,7 @@ connection's response. These routes are still in the OpenAPI document
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Awaitable
 from typing import Any
@@ -36,6 +37,16 @@ _REQUEST_ID = re.compile(rb"^[A-Za-z0-9._:@/+=-]{1,128}$")
 _CLASS_NAME = re.compile(rb"^[A-Za-z0-9._-]{1,64}$")
 #: An SLO header's value: milliseconds, a positive decimal number (GAIE's unit).
 _MILLISECONDS = re.compile(rb"^[0-9]{1,9}(\.[0-9]{1,3})?$")
+
+
+def trace_context(request: Request) -> tuple[tuple[str, str], ...]:
+    """The client's W3C trace context headers, as sent (the tracer checks them)."""
+    found = []
+    for name in (b"traceparent", b"tracestate"):
+        value = request.header(name)
+        if value is not None and len(value) <= 512:
+            found.append((name.decode(), value.decode("latin-1")))
+    return tuple(found)
 
 
 def service_ask(request: Request) -> ServiceAsk:
@@ -84,6 +95,9 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
                                headers={"Allow": "POST"})
             _check_content_type(request.header(b"content-type"))
             parsed = parse_request(request.body, kind, config, service_ask(request))
+            trace = trace_context(request)
+            if trace:
+                parsed = dataclasses.replace(parsed, trace=trace)
             return dispatcher.start(parsed, response, forced, request_id(request))
 
         return handle

@@ -31,6 +31,9 @@ MODELS_TTL = 5.0
 PROMETHEUS_TEXT = b"text/plain; version=0.0.4; charset=utf-8"
 JSON_TYPE = b"application/json"
 HTML_TYPE = b"text/html; charset=utf-8"
+#: On every answer of the box's own routes: who answers (``syshax calibrate`` refuses to profile
+#: the box as if it were one engine).
+WHO = (b"x-syshax", f"syshaxd/{__version__}".encode())
 
 
 #: The box's own routes, in the order the docs list them.
@@ -158,8 +161,9 @@ class Info:
 
     def _server_info(self) -> dict[str, Any]:
         model, load = self.conductor.vllm_gauges.model_name, self.conductor.box_load()
+        engines = [{"name": e.name, "device": e.device, "url": e.spec.url} for e in self.engines]
         return {"model_path": model, "served_model_name": model, "tp_size": 1, "dp_size": 1, "version": __version__,
-                "server": "syshax", "engines": [{"name": e.name, "device": e.device} for e in self.engines],
+                "server": "syshax", "engines": engines,
                 "internal_states": [{"num_reqs": load.load, "num_waiting_reqs": load.waiting}]}
 
 
@@ -186,6 +190,6 @@ def _json(status: int, body: Any) -> tuple[int, bytes, bytes]:
 
 
 def _send(response: Response, status: int, media: bytes, body: bytes) -> None:
-    response.start(status, ((b"content-type", media),), len(body))
+    response.start(status, ((b"content-type", media), WHO), len(body))
     response.write(body)
     response.end()

@@ -1,12 +1,13 @@
 """The API port's HTTP/1.1 server: its routes, its limits, and the open connections.
 
 A request is read (head and body, within the edge limits), checked by the guard, and given to
-its route (:mod:`syshaxd.api.connection`): the completion routes and the engines' own routes
-go to the conductor's handlers, which answer on the connection's
-:class:`~syshaxd.api.response.Response` -- a relayed stream then flows from the engine
-connection's callbacks straight to this connection's transport -- and everything else to the
-FastAPI app. Connections past the caps of :mod:`syshaxd.api.gate` are turned away. Accepted
-sockets get ``TCP_NODELAY``: a small write must not wait for the client's delayed ACK.
+its route (:mod:`syshaxd.api.connection`): a path in ``routes`` (the completion routes,
+syshaxd's own information routes) to its handler, any other path to ``default`` (pass-through
+to the engines). Every handler answers on the connection's
+:class:`~syshaxd.api.response.Response`; a relayed answer flows from the engine connection's
+callbacks straight to this connection's transport. Connections past the caps of
+:mod:`syshaxd.api.gate` are turned away. Accepted sockets get ``TCP_NODELAY``: a small write
+must not wait for the client's delayed ACK.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from syshaxd.cli._common import CommandError, UsageError, add_config_arg, load
 from syshaxd.cli._status import render_state
-from syshaxd.config import ConfigError, parse_value
+from syshaxd.config import ConfigError, display_value, parse_value
 from syshaxd.control_client import BlockingControlClient, ControlError, Forbidden, Rejected
 from syshaxd.locate import client_socket_candidates
 from syshaxd.schema import ConfigChangeModel, StateModel
@@ -125,12 +125,18 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _patch(args: argparse.Namespace, body: dict[str, Any]) -> ConfigChangeModel:
+def _ask(args: argparse.Namespace, method: str, path: str, body: Any = None) -> Any:
+    """One request on a connection of its own; the daemon's JSON answer."""
     client = connect(args)
     try:
-        return ConfigChangeModel.model_validate(client.request("PATCH", "/v1/config", body))
+        return client.request(method, path, body)
     finally:
         client.close()
+
+
+def _change(args: argparse.Namespace, method: str, path: str, body: Any = None) -> ConfigChangeModel:
+    """A request that changes the running config; what changed."""
+    return ConfigChangeModel.model_validate(_ask(args, method, path, body))
 
 
 def cmd_set(args: argparse.Namespace) -> int:
@@ -139,7 +145,7 @@ def cmd_set(args: argparse.Namespace) -> int:
     if len(pairs) % 2:
         raise UsageError(f"expected KEY VALUE pairs; {pairs[-1]!r} has no value")
     body = {pairs[i]: parse_value(pairs[i + 1]) for i in range(0, len(pairs), 2)}
-    change = _patch(args, body)
+    change = _change(args, "PATCH", "/v1/config", body)
     _print_change(change)
     if change.changed or change.engines:
         print("not saved yet: `syshax save` keeps the running values across restarts")
@@ -156,7 +162,7 @@ def cmd_engine(args: argparse.Namespace) -> int:
         "enable": {f"{key}.enabled": True, f"{key}.draining": False},
         "disable": {f"{key}.enabled": False},
     }[args.action]
-    change = _patch(args, body)
+    change = _change(args, "PATCH", "/v1/config", body)
     flags = change.engines.get(args.engine, {})
     print(f"{args.engine}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
     return 0
@@ -164,29 +170,21 @@ def cmd_engine(args: argparse.Namespace) -> int:
 
 def cmd_drain_box(args: argparse.Namespace) -> int:
     """Drain the whole box (``POST /v1/drain``): the daemon stops once in-flight requests finish."""
-    client = connect(args)
-    try:
-        answer = client.request("POST", "/v1/drain")
-    finally:
-        client.close()
+    answer = _ask(args, "POST", "/v1/drain")
     print(f"draining: {answer.get('message', '')}" if isinstance(answer, dict) else "draining")
     return 0
 
 
 def cmd_save(args: argparse.Namespace) -> int:
     """POST /v1/config/save."""
-    client = connect(args)
-    try:
-        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/config/save"))
-    finally:
-        client.close()
+    change = _change(args, "POST", "/v1/config/save")
     if change.changed or change.engines:
         print(f"saved {len(change.changed)} runtime value(s) and {len(change.engines)} engine flag set(s) "
               f"to {change.path}:")
         for key, value in sorted(change.changed.items()):
-            print(f"  {key} = {_show(value)}")
+            print(f"  {key} = {display_value(value)}")
         for name, flags in sorted(change.engines.items()):
-            print(f"  engines.{name}: " + ", ".join(f"{flag}={_show(on)}" for flag, on in sorted(flags.items())))
+            print(f"  engines.{name}: " + ", ".join(f"{flag}={display_value(on)}" for flag, on in sorted(flags.items())))
     else:
         print(f"nothing differs from the config file; {change.path} now holds no overrides")
     return 0
@@ -194,11 +192,7 @@ def cmd_save(args: argparse.Namespace) -> int:
 
 def cmd_reload(args: argparse.Namespace) -> int:
     """POST /v1/reload."""
-    client = connect(args)
-    try:
-        change = ConfigChangeModel.model_validate(client.request("POST", "/v1/reload"))
-    finally:
-        client.close()
+    change = _change(args, "POST", "/v1/reload")
     _print_change(change)
     if change.needs_restart:
         print("changed in the file but only applied on restart: " + ", ".join(change.needs_restart))
@@ -209,17 +203,9 @@ def _print_change(change: ConfigChangeModel) -> None:
     if not change.changed and not change.engines:
         print("no change: the daemon already runs with these values")
     for key, value in sorted(change.changed.items()):
-        print(f"{key} = {_show(value)}")
+        print(f"{key} = {display_value(value)}")
     for name, flags in sorted(change.engines.items()):
         print(f"{name}: enabled={_yn(flags.get('enabled'))} draining={_yn(flags.get('draining'))}")
-
-
-def _show(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
 
 
 def _yn(value: bool | None) -> str:

@@ -23,7 +23,8 @@ from syshaxd.conductor.reply import (
            send_error,
            send_whole,
 )
+from syshaxd.conductor.tracing import Tracing
 
 __all__ = ["JSON", "BookedFlight", "BoxLoad", "LoadFormat", "get_load_body", "Conductor", "Dispatcher", "Flight", "LedgerSession", "RemoteConductor",
            "RemoteFlight", "Headers", "Pausable", "Relay", "Reply", "Route", "end_to_end", "request_id_header",
-           "send_error", "send_whole"]
+           "send_error", "send_whole", "Tracing"]

@@ -1,7 +1,8 @@
 """The completion routes' answers on the one relay (:mod:`syshaxd.conductor.relay`), told to the flight.
 
 A streamed completion is held until its first event is in and is not an error event, then
-passed through as it comes; it went well only if ``[DONE]`` came. A whole (non-streamed)
+passed through as it comes; it went well only if ``[DONE]`` came. What the client got is
+counted on the way (:mod:`syshaxd.conductor.tally`) for the request's record. A whole (non-streamed)
 completion is read to its end and checked to be JSON before the client has a byte. An
 engine's error status before that is an early failure: a 4xx the client's fault
 (:class:`EngineRejected`), anything else worth resubmitting (:class:`EngineFailure`).
@@ -14,12 +15,42 @@ import asyncio
 from syshaxd.conductor.flight import Flight
 from syshaxd.conductor.relay import DONE_EVENT, Relay
 from syshaxd.conductor.reply import EVENT_STREAM, JSON, Reply, answer_headers
+from syshaxd.conductor.tally import StreamCounter, Tally, whole_tally
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected, json_answer
 from syshaxd.errors import ApiError, engine_error_message
 from syshaxd.sse import Decoder, NotEventStream
 
 #: Bytes read before a stream's first event is complete, at most, before it is passed on anyway.
 SNIFF_LIMIT = 64 * 1024
+#: Dialects asked for usage on every stream (the client gets it only if it asked): their streams
+#: carry no count of their own. llama-server's last chunk has its ``timings``.
+ASK_USAGE = frozenset({"vllm-v1", "vllm-v0", "sglang"})
+_ASKED = b'"stream_options":{"include_usage":true},'
+
+
+def asks_usage(flight: Flight, engine: EngineClient) -> bool:
+    """Whether ``engine`` is asked for a stream's usage the client did not ask for: the request's
+    record then has the engine's counts, and :class:`StreamRelay` keeps the usage chunk back."""
+    parsed = flight.parsed
+    return (parsed.stream and not parsed.include_usage and engine.spec.dialect in ASK_USAGE
+            and "stream_options" not in parsed.body)
+
+
+def with_usage(body: bytes) -> bytes:
+    """The request body asking for usage on the stream (spliced in: the body is not re-encoded)."""
+    # A streamed request's body is an object with keys ("stream" at least): a key and a comma
+    # after its brace keep it valid JSON.
+    start = body.find(b"{")
+    if start < 0 or body[:start].strip():
+        return body
+    return body[:start + 1] + _ASKED + body[start + 1:]
+
+
+def _without_usage(data: bytes) -> bytes:
+    """``data`` (whole events) without the usage-only events (``choices: []``)."""
+    blocks = data.split(b"\n\n")
+    return b"\n\n".join(block for block in blocks
+                         if not (block.startswith(b"data: ") and b'"choices":[]' in block and b'"usage":{' in block))
 
 
 class CompletionRelay(Relay):
@@ -40,7 +71,7 @@ class CompletionRelay(Relay):
     def started(self) -> None:
         self.flight.first_byte(self.up)
 
-    def passing(self) -> None:
+    def passing(self, data: bytes) -> None:
         self.flight.answering(self.up)
 
 
@@ -52,6 +83,9 @@ class StreamRelay(CompletionRelay):
         super().__init__(loop, flight, engine, reply, timeout_message)
         self._decoder = Decoder(strict=True)
         self._sniffed = 0
+        self._counter = StreamCounter()  # what the engine sent, as it goes to the client
+        self._strip = asks_usage(flight, engine)  # keep back the usage the client did not ask for
+        self._partial = b""  # an event not yet complete, kept back while stripping
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status = status
@@ -84,6 +118,29 @@ class StreamRelay(CompletionRelay):
         """The client gets the status line and what was read so far; from here bytes flow through."""
         self.commit(200, (*EVENT_STREAM, *answer_headers(self.flight)), stream=True)
 
+    def outgoing(self, data: bytes, end: bool = False) -> bytes:
+        self._counter.feed(data)  # before stripping: the usage the client does not see counts
+        if not self._strip:
+            return data
+        if self._partial:
+            data, self._partial = self._partial + data, b""
+        if b"\r" in data:  # not LF-framed as vLLM frames it: pass all on, strip nothing
+            self._strip = False
+            return data
+        if not end:
+            cut = data.rfind(b"\n\n") + 2
+            data, self._partial = (data[:cut], data[cut:]) if cut >= 2 else (b"", data)
+        return _without_usage(data) if b'"choices":[]' in data else data
+
+    def close(self, outcome: str, error: ApiError | None = None, last: bytes = b"") -> None:
+        if self._partial:
+            # The engine's answer ended inside an event: it goes out as it came, and the one
+            # rule for a failure after the first byte sees where the stream broke.
+            kept, self._partial = self._partial, b""
+            self._passed(kept)
+            last = kept + last
+        super().close(outcome, error, last)
+
     def verdict(self) -> tuple[str, ApiError | None]:
         if DONE_EVENT in self.tail:
             return "ok", None
@@ -99,7 +156,7 @@ class StreamRelay(CompletionRelay):
         super().on_lost(exc)
 
     def finished(self, outcome: str) -> None:
-        self.flight.finish(outcome, tokens=max(0, self.events - 2))
+        self.flight.finish(outcome, self._counter.tally())
 
     def gone_outcome(self) -> str:
         # A client that read [DONE] may close before the engine's end of the response reaches
@@ -110,7 +167,7 @@ class StreamRelay(CompletionRelay):
 class BodyRelay(CompletionRelay):
     """A whole (non-streamed) completion: read to its end, checked to be JSON, then sent."""
 
-    _tokens: int | None = None
+    _tally: Tally | None = None
 
     def on_head(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
         self.status = status
@@ -124,9 +181,7 @@ class BodyRelay(CompletionRelay):
         except EngineFailure as failure:
             self.fail_early(failure)
             return
-        usage = answer.get("usage")
-        tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-        self._tokens = tokens if isinstance(tokens, int) else None
+        self._tally = whole_tally(answer)
         self.commit(200, (*JSON, *answer_headers(self.flight)), len(body), body)
 
     def started(self) -> None:
@@ -134,5 +189,5 @@ class BodyRelay(CompletionRelay):
         self.flight.release(self.up)  # the engine's part is over: a waiting request may go
 
     def finished(self, outcome: str) -> None:
-        self.flight.finish(outcome, tokens=self._tokens)
+        self.flight.finish(outcome, self._tally)
 

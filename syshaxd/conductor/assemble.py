@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from syshaxd.conductor.tally import StreamCounter
 from syshaxd.engines import EngineResponse, engine_events
 
 
@@ -129,8 +130,9 @@ class Assembler:
         return out
 
 
-async def assemble(response: EngineResponse, engine: str, chat: bool) -> bytes:
-    """Read an engine's whole stream and return the non-streamed JSON answer.
+async def assemble(response: EngineResponse, engine: str, chat: bool, counter: StreamCounter | None = None) -> bytes:
+    """Read an engine's whole stream and return the non-streamed JSON answer (``counter``: counts
+    the chunks as they are read, for the request's record).
 
     Raises:
         EngineFailure: the stream broke, carried an error, or ended without ``[DONE]``.
@@ -138,4 +140,6 @@ async def assemble(response: EngineResponse, engine: str, chat: bool) -> bytes:
     assembler = Assembler(chat)
     async for chunk in engine_events(response, engine):
         assembler.add(chunk)
+        if counter is not None:
+            counter.add(chunk)
     return json.dumps(assembler.answer(), separators=(",", ":"), ensure_ascii=False).encode()

@@ -15,7 +15,7 @@ import os
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry
 
@@ -26,10 +26,12 @@ from syshaxd.conductor.levels import level_of
 from syshaxd.conductor.records import RequestLog
 from syshaxd.conductor.sources import CoreInputs, EventSink, RuntimeSource, SnapshotSource
 from syshaxd.conductor.stats import Stats
+from syshaxd.conductor.tracing import Tracing
 from syshaxd.config import Config
 from syshaxd.core import EngineBook, Outcome, Placement, Refusal, Scheduler
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
+from syshaxd.policy import solo_tpot
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Decision, Mode, RequestFeatures
 from syshaxd.schema import ClassStatsModel, ConductorStatsModel, DecisionModel, RequestRecordModel
@@ -49,6 +51,7 @@ class Route:
     engines: tuple[EngineClient, ...]  # one for whole, (gpu, cpu) for a split
     service_class: str = ""  # the class it runs in
     priority: int | None = None  # the class's priority to send the engines (service.forward_priority)
+    trace: dict[str, str] = field(default_factory=dict)  # a worker's: the daemon's span, the engines' parent
 
 
 def api_error(refusal: Refusal, service_class: str | None = None) -> ApiError:
@@ -74,8 +77,11 @@ class Conductor:
         monitor: SnapshotSource,
         engines: Mapping[str, EngineClient],
         bus: EventSink | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.runtime = runtime
+        #: One span per request when ``logging.otlp_endpoint`` is set (:mod:`syshaxd.conductor.tracing`).
+        self.tracing = tracing or Tracing(None)
         self.monitor = monitor
         self.bus = bus
         self.request_timeout = config.system.request_timeout
@@ -139,6 +145,12 @@ class Conductor:
         """The monitor's snapshot merged with engine flags and the core's own counts."""
         return self.core.snapshot(time.monotonic())
 
+    def fastest_tpot(self) -> dict[str, float]:
+        """Each engine's seconds per token for one request alone, from what it measured (the
+        policy's model of it); engines that measured nothing are left out."""
+        return {view.name: solo_tpot(view) for view in self.live_snapshot().engines
+                if view.metrics.tpot_recent is not None}
+
     def engine(self, name: str) -> EngineClient:
         """The engine client of a name."""
         return self._engines[name]
@@ -174,6 +186,9 @@ class Conductor:
         flight = BookedFlight(request_id, parsed, ticket, self)
         if service.forward_priority:
             flight.forward_priority = level.priority
+        if self.tracing.enabled:
+            flight.span = self.tracing.start("chat" if parsed.kind == "chat" else "text_completion", parsed.model,
+                                             dict(parsed.trace), time.time_ns() - int(age * 1e9))
         self.books.opened(flight)
         return flight
 

@@ -20,7 +20,13 @@ import logging
 from collections.abc import Coroutine, Sequence
 from typing import Any, Generic, Protocol, TypeVar
 
-from syshaxd.conductor.answers import BodyRelay, CompletionRelay, StreamRelay
+from syshaxd.conductor.answers import (
+    BodyRelay,
+    CompletionRelay,
+    StreamRelay,
+    asks_usage,
+    with_usage,
+)
 from syshaxd.conductor.assemble import assemble, streaming_body
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.flight import Flight
@@ -33,6 +39,7 @@ from syshaxd.conductor.reply import (
     send_whole,
 )
 from syshaxd.conductor.split import Split
+from syshaxd.conductor.tally import StreamCounter
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest, dump_body
@@ -157,7 +164,10 @@ class Dispatcher(Generic[F]):
 
     @staticmethod
     def _request(flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str]) -> bytes:
-        return up.request_bytes(b"POST", flight.parsed.path, body, {**headers, "X-Request-Id": flight.request_id})
+        if asks_usage(flight, up):  # for the record; the relay keeps it from the client
+            body = with_usage(body)
+        return up.request_bytes(b"POST", flight.parsed.path, body,
+                                {**headers, **flight.trace_headers(), "X-Request-Id": flight.request_id})
 
     def _start_now(self, flight: Flight, up: EngineClient, body: bytes, headers: dict[str, str], reply: Reply) -> bool:
         """Send on an idle connection from here, when there is one; failures are recovered in a task."""
@@ -220,14 +230,16 @@ class Dispatcher(Generic[F]):
         """Asked to stream, answered as one body (see :mod:`syshaxd.conductor.assemble`)."""
         headers = {**headers, "X-Request-Id": flight.request_id}
         response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
+        counter = StreamCounter()  # the tokens' times as read here: where a streaming client sees them
         try:
             flight.first_byte(up)  # this engine sends its headers with the first token
-            data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat"), flight.remaining())
+            data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat", counter),
+                                          flight.remaining())
         finally:
             response.close()  # also on a client disconnect: stops the engine
         flight.release(up)
         send_whole(reply, 200, data, flight.request_id, story=answer_headers(flight))
-        flight.finish("ok")
+        flight.finish("ok", counter.tally())
 
 
 def placed(flight: Flight, route: Route) -> None:

@@ -22,6 +22,8 @@ from typing import Protocol
 from syshaxd.conductor.books import Books
 from syshaxd.conductor.records import Record
 from syshaxd.conductor.reply import story_headers
+from syshaxd.conductor.tally import Tally
+from syshaxd.conductor.tracing import NO_SPAN, Span
 from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
 from syshaxd.request import ParsedRequest
@@ -62,6 +64,10 @@ class Flight(Protocol):
         """Where the request runs (its answer's headers say so)."""
         ...
 
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context to send the engines (this request's span as their parent), or none."""
+        ...
+
     def remaining(self) -> float:
         """Seconds left before the request times out (never negative)."""
         ...
@@ -90,8 +96,8 @@ class Flight(Protocol):
         """The whole request now runs on ``engine``."""
         ...
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
-        """The request ended (any way): release everything, once."""
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
+        """The request ended (any way): release everything, once (``tally``: what the client got)."""
         ...
 
 
@@ -109,6 +115,7 @@ class BookedFlight:
     finished: bool = False
     forward_priority: int | None = None  # sent to the engines as the body's priority
     story: tuple[tuple[bytes, bytes], ...] = ()
+    span: Span = NO_SPAN
     #: Set while it waits in line: the core's outcome arrives here.
     waiter: asyncio.Future[Outcome] | None = field(default=None, repr=False)
 
@@ -134,6 +141,10 @@ class BookedFlight:
     def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
         """Where the request runs (its answer's headers say so)."""
         self.story = story_headers(self.request_id, service_class, device, engines, mode, reason)
+
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context to send the engines (this request's span as their parent), or none."""
+        return self.span.headers()
 
     # -- what its engines do -----------------------------------------------------------
 
@@ -188,24 +199,34 @@ class BookedFlight:
 
     # -- the end -----------------------------------------------------------------------
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
-        """The request ended (any way): release everything, record it once, log one line."""
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
+        """The request ended (any way): release everything, record it once, log one line.
+
+        ``tally``: the answer's token counts and times as the client got them; its first token
+        is the request's TTFT (else the engine's first byte is).
+        """
         if self.finished:
             return
         self.finished = True
         books = self.host.books
         now = time.monotonic()
         e2e = now - self.ticket.arrived
+        tally = tally if tally is not None else Tally()
+        if tally.first_token is not None:
+            self.ttft = max(0.0, tally.first_token - self.ticket.arrived)
+        tokens = tally.output_tokens
         if self.decision is not None:
             self.decision = books.stats.record_finish(self.decision, outcome, self.ttft, e2e)
         else:  # never placed: refused, or timed out in line
             books.stats.record_unrouted(outcome)
         self._log(outcome, e2e, tokens)
-        self._keep(outcome, e2e, tokens)
+        self._keep(outcome, e2e, tally)
+        if self.span is not NO_SPAN:
+            self._end_span(outcome, tokens, tally.prompt_tokens)
         books.closed(self)
         self.host.core.finish(self.ticket, now)
 
-    def _keep(self, outcome: str, e2e: float, tokens: int | None) -> None:
+    def _keep(self, outcome: str, e2e: float, tally: Tally) -> None:
         parsed, ticket = self.parsed, self.ticket
         limits: Limits = ticket.limits or limits_for(self.host.core.inputs.limits(), ticket.features)
         gpu = cpu = 0.0
@@ -215,13 +236,26 @@ class BookedFlight:
                 gpu += share * cores
             else:
                 cpu += share * cores
+        prompt = tally.prompt_tokens if tally.prompt_tokens is not None else ticket.features.prompt_tokens
         record = Record(
-            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, ticket.features.prompt_tokens,
-            ticket.features.max_tokens, tokens, outcome, self.decision, ticket.seen, ticket.limits,
+            self.request_id, time.time() - e2e, parsed.kind, parsed.stream, prompt,
+            ticket.features.max_tokens, tally.output_tokens, outcome, self.decision, ticket.seen, ticket.limits,
             ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
-            ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu)
+            ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu,
+            output_source=tally.output_source, prompt_source=tally.prompt_source or "estimate", decode=tally.decode)
         self.host.books.records.add(record)
         self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
+
+    def _end_span(self, outcome: str, tokens: int | None, prompt: int | None) -> None:
+        d, ticket = self.decision, self.ticket
+        self.span.end({
+            "gen_ai.usage.input_tokens": prompt if prompt is not None else self.features.prompt_tokens, "gen_ai.usage.output_tokens": tokens,
+            "gen_ai.request.max_tokens": self.features.max_tokens, "syshax.class": self.features.level.name,
+            "syshax.device": d.device if d else None, "syshax.engine": d.engine if d else None,
+            "syshax.mode": d.mode if d else None, "syshax.reason": d.reason if d else None,
+            "syshax.queued_s": ticket.decided - ticket.arrived if ticket.decided is not None else None,
+            "syshax.ttft_s": self.ttft, "syshax.outcome": outcome, "syshax.request_id": self.request_id,
+        }, error=None if outcome == "ok" else outcome)
 
     def _log(self, outcome: str, e2e: float, tokens: int | None) -> None:
         d = self.decision

@@ -18,6 +18,7 @@ from typing import Any
 from syshaxd.conductor.conductor import Conductor, Route
 from syshaxd.conductor.flight import BookedFlight
 from syshaxd.conductor.reply import outcome_of
+from syshaxd.conductor.tally import Tally
 from syshaxd.conductor.wire import Wire
 from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest, ServiceAsk
@@ -82,7 +83,10 @@ class LedgerSession(Wire):
             return  # already finished (a late message after a cancel)
         if op == "first_byte":
             if flight.ttft is None:
-                flight.ttft = message["ttft"]  # the worker's clock: what its client saw
+                # When the worker's client saw it (time.monotonic(): one clock for every process on
+                # the host), from the same arrival as the request's end-to-end time.
+                at = message.get("at")
+                flight.ttft = max(0.0, at - flight.ticket.arrived) if at is not None else message["ttft"]
             flight.first_byte(self._engines[message["e"]])
         elif op == "answering":
             flight.answering(self._engines[message["e"]])
@@ -97,7 +101,8 @@ class LedgerSession(Wire):
             other = flight.take_other(self._engines[message["e"]])
             self.send({"op": "answer", "q": message["q"], "value": other.name if other is not None else None})
         elif op == "finish":
-            self._finish(message["f"], message["outcome"], message.get("tokens"))
+            tally = message.get("tally")
+            self._finish(message["f"], message["outcome"], Tally(*tally) if tally is not None else None)
         else:
             log.error("worker %s sent an unknown ledger op %r", self.worker, op)
 
@@ -106,7 +111,8 @@ class LedgerSession(Wire):
         parsed = ParsedRequest(kind=m["kind"], body={}, raw=b"", model=m.get("model") or "", stream=m["stream"],
                                include_usage=False, max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
                                has_num_decode_tokens=m["num_decode"], messages=m.get("messages") or 0,
-                               temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")))
+                               temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")),
+                               trace=tuple((m.get("trace") or {}).items()))
         forced = Mode(m["forced"]) if m.get("forced") else None
         age = float(m.get("age") or 0.0)  # time the request spent in the worker before this
         try:
@@ -121,7 +127,7 @@ class LedgerSession(Wire):
             self._refuse(fid, flight, exc)
             return
         if route is not None:
-            self._route(fid, route)
+            self._route(fid, route, flight)
             return
         task = asyncio.ensure_future(self._wait(fid, flight))
         self.admitting[fid] = task
@@ -133,25 +139,25 @@ class LedgerSession(Wire):
         except ApiError as exc:
             self._refuse(fid, flight, exc)
             return
-        self._route(fid, route)
+        self._route(fid, route, flight)
 
-    def _route(self, fid: int, route: Route) -> None:
+    def _route(self, fid: int, route: Route, flight: BookedFlight) -> None:
         self.send({"op": "route", "f": fid, "decision": decision_message(route.decision),
                    "engines": [engine.name for engine in route.engines], "class": route.service_class,
-                   "priority": route.priority})
+                   "priority": route.priority, "trace": flight.trace_headers()})
 
     def _refuse(self, fid: int, flight: BookedFlight, exc: ApiError) -> None:
         self.flights.pop(fid, None)
         flight.finish(outcome_of(exc))
         self.send({"op": "refused", "f": fid, "error": error_message(exc)})
 
-    def _finish(self, fid: int, outcome: str, tokens: int | None) -> None:
+    def _finish(self, fid: int, outcome: str, tally: Tally | None) -> None:
         task = self.admitting.pop(fid, None)
         if task is not None:
             task.cancel()  # the client left while it waited in line
         flight = self.flights.pop(fid, None)
         if flight is not None:
-            flight.finish(outcome, tokens)
+            flight.finish(outcome, tally)
 
     def _passthrough(self, op: str, m: dict[str, Any]) -> None:
         if op == "engines":

@@ -45,6 +45,9 @@ class Record:
     tpot_target: float | None = None
     gpu_seconds: float = 0.0
     cpu_core_seconds: float = 0.0
+    output_source: str | None = None  # usage, timings, counted (syshaxd.conductor.tally)
+    prompt_source: str = "estimate"  # usage, timings, estimate
+    decode: float | None = None  # seconds from the first token written to the client to the last
 
     def met(self, tpot: float | None) -> bool | None:
         """Whether it was answered whole within its own targets (None: not answered)."""
@@ -55,9 +58,10 @@ class Record:
         return not (self.tpot_target is not None and tpot is not None and tpot > self.tpot_target)
 
     def tpot(self) -> float | None:
-        """Seconds per output token after the first, when known."""
-        if self.ttft is not None and self.output_tokens is not None and self.output_tokens > 1:
-            return max(0.0, self.e2e - self.ttft) / (self.output_tokens - 1)
+        """Seconds per output token after the first, from the times the first and last token
+        were written to the client; None when those were not seen (a whole answer)."""
+        if self.decode is not None and self.output_tokens is not None and self.output_tokens > 1:
+            return self.decode / (self.output_tokens - 1)
         return None
 
     def model(self) -> RequestRecordModel:
@@ -75,7 +79,8 @@ class Record:
             limits=asdict(self.limits) if self.limits is not None else {}, queued=self.queued, ttft=self.ttft,
             tpot=tpot, e2e=self.e2e, service_class=self.service_class or None, ttft_target=self.ttft_target,
             tpot_target=self.tpot_target, met=self.met(tpot), gpu_seconds=round(self.gpu_seconds, 6),
-            cpu_core_seconds=round(self.cpu_core_seconds, 6))
+            cpu_core_seconds=round(self.cpu_core_seconds, 6), output_tokens_source=self.output_source,
+            prompt_tokens_source=self.prompt_source)
 
 
 class RequestLog:

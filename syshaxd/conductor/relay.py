@@ -72,7 +72,6 @@ class Relay:
         self.status = 0
         self.committed = False
         self.stream = False  # the client's answer is an event stream: errors go inside it
-        self.events = 0  # ``data:`` lines passed on (streams)
         self.tail = b""  # the last bytes passed on (streams)
         self._held: list[bytes] = []  # read before the commit
         self._ended = False  # the engine's answer is complete (its connection may serve another)
@@ -123,7 +122,9 @@ class Relay:
         if self._over:
             return
         if self.committed:
-            self.reply.write(data)
+            data = self.outgoing(data)
+            if data:
+                self.reply.write(data)
             self._passed(data)
             return
         self._held.append(data)
@@ -144,16 +145,17 @@ class Relay:
                 self.complete(b"".join(self._held))
                 if self._over or not self.committed:
                     return
-        elif last:
-            self._passed(last)
+        else:
+            last = self.outgoing(last, end=True)
+            if last:
+                self._passed(last)
         outcome, error = self.verdict()
         self.close(outcome, error, last)
 
     def _passed(self, data: bytes) -> None:
         if self.stream:
-            self.events += data.count(b"data:")
             self.tail = (self.tail + data)[-64:] if len(data) < 64 else data[-64:]
-        self.passing()
+        self.passing(data)
 
     def on_lost(self, exc: BaseException) -> None:
         if self._over:
@@ -177,11 +179,16 @@ class Relay:
         """How a committed answer that ended went: the outcome, and the error the client is told."""
         return "ok", None
 
+    def outgoing(self, data: bytes, end: bool = False) -> bytes:
+        """What of ``data``, read from a committed answer, the client gets (``end``: the engine's
+        answer is over). As it came, unless a kind keeps something back."""
+        return data
+
     def started(self) -> None:
         """The client has the first bytes."""
 
-    def passing(self) -> None:
-        """More of a committed answer went to the client."""
+    def passing(self, data: bytes) -> None:
+        """More of a committed answer (``data``) went to the client."""
 
     def finished(self, outcome: str) -> None:
         """The answer is over, however it ended (once)."""
@@ -198,15 +205,18 @@ class Relay:
         flow through. ``stream``: it is an event stream, whose errors are events."""
         held = body if body is not None else b"".join(self._held)
         self._held = []
+        if stream:
+            held = self.outgoing(held, end=self._ended)
         self.committed = True
         self.stream = stream
         self.reply.start(status, headers, length, held)
         if not self._ended:  # an ended answer's connection is back in the pool: never pause it
             self.reply.flow(self.exchange)
         if held and stream:
-            self.events = held.count(b"data:")
             self.tail = held[-64:]
         self.started()
+        if held and stream:
+            self.passing(held)
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
 

@@ -17,11 +17,13 @@ import itertools
 import os
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import astuple
 from typing import Any
 
 from syshaxd.conductor.conductor import Route
 from syshaxd.conductor.ledger import decision_from, error_from
 from syshaxd.conductor.reply import story_headers
+from syshaxd.conductor.tally import Tally
 from syshaxd.conductor.wire import Wire
 from syshaxd.engines import EngineClient
 from syshaxd.errors import ApiError
@@ -81,12 +83,15 @@ class RemoteConductor(Wire):
         self.send({"op": "admit", "f": flight.fid, "id": flight.request_id, "kind": p.kind, "stream": p.stream,
                    "max_tokens": p.max_tokens, "prompt_tokens": p.prompt_tokens, "num_decode": p.has_num_decode_tokens,
                    "model": p.model, "messages": p.messages, "temperature": p.temperature, "ask": p.ask.wire(),
+                   "trace": dict(p.trace),
                    "forced": flight.features.forced_mode.value if flight.features.forced_mode else None,
                    "age": time.monotonic() - flight.t0})
         try:
-            return await future
+            route = await future
         finally:
             self._waiting.pop(flight.fid, None)
+        flight.trace = route.trace
+        return route
 
     async def ask(self, message: dict[str, Any]) -> Any:
         """Send a question and wait for the daemon's answer.
@@ -133,7 +138,7 @@ class RemoteConductor(Wire):
             if route is not None and not route.done():
                 engines = tuple(self.engines[name] for name in message["engines"])
                 route.set_result(Route(decision_from(message["decision"]), engines, message.get("class") or "",
-                                       message.get("priority")))
+                                       message.get("priority"), message.get("trace") or {}))
         elif op == "refused":
             refused = self._waiting.get(message["f"])
             if refused is not None and not refused.done():
@@ -157,7 +162,7 @@ class RemoteFlight:
     """A request a worker serves; every change to the books goes to the daemon."""
 
     __slots__ = ("_answered", "_class", "_ledger", "deadline", "features", "fid", "finished", "parsed", "request_id",
-                 "story", "t0", "ttft")
+                 "story", "t0", "trace", "ttft")
 
     def __init__(self, ledger: RemoteConductor, fid: int, request_id: str, parsed: ParsedRequest,
                  features: RequestFeatures, deadline: float) -> None:
@@ -173,6 +178,11 @@ class RemoteFlight:
         self._answered = 0.0
         self._class = ""
         self.story: tuple[tuple[bytes, bytes], ...] = ()
+        self.trace: dict[str, str] = {}  # the daemon's span of this request, as the engines' parent
+
+    def trace_headers(self) -> dict[str, str]:
+        """The trace context to send the engines (the daemon's span of this request), or none."""
+        return self.trace
 
     def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
         """Where the request runs (its answer's headers say so)."""
@@ -189,7 +199,7 @@ class RemoteFlight:
         if self.ttft is None:
             self.ttft = now - self.t0
         self._answered = now
-        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft})
+        self._ledger.send({"op": "first_byte", "f": self.fid, "e": engine.name, "ttft": self.ttft, "at": now})
 
     def answering(self, engine: EngineClient) -> None:
         """The engine sent more: the daemon hears it at most once a second."""
@@ -217,9 +227,11 @@ class RemoteFlight:
         self._ledger.send({"op": "rerouted", "f": self.fid, "e": engine.name, "why": why})
         self.placed(self._class, engine.device, engine.name, Mode.WHOLE.value, why)
 
-    def finish(self, outcome: str, tokens: int | None = None) -> None:
+    def finish(self, outcome: str, tally: Tally | None = None) -> None:
         """The request ended: the daemon releases what it holds and records it, once."""
         if self.finished:
             return
         self.finished = True
-        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome, "tokens": tokens})
+        # Token times go as time.monotonic() values: one clock for every process on the host.
+        self._ledger.send({"op": "finish", "f": self.fid, "outcome": outcome,
+                           "tally": list(astuple(tally)) if tally is not None else None})

@@ -10,6 +10,7 @@ A split that fails before the client saw anything becomes a whole request on one
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
@@ -32,6 +33,7 @@ from syshaxd.conductor.reply import (
     send_rejected,
     send_whole,
 )
+from syshaxd.conductor.tally import StreamCounter, Tally
 from syshaxd.engines import EngineClient, EngineFailure, EngineRejected
 from syshaxd.errors import ApiError, engine_error_message
 from syshaxd.routing import Decision, Handoff
@@ -126,7 +128,7 @@ class Split:
         body = writer.whole(text, reasoning, finish, prompt, completion)
         send_whole(reply, 200, json.dumps(body, ensure_ascii=False).encode(), flight.request_id,
                    story=answer_headers(flight))
-        flight.finish("ok", tokens=completion)
+        flight.finish("ok", Tally(completion, "usage", prompt or None, "usage" if prompt else None))
 
 
 def _rejected(flight: Flight, reply: Reply, rejected: EngineRejected) -> None:
@@ -136,16 +138,19 @@ def _rejected(flight: Flight, reply: Reply, rejected: EngineRejected) -> None:
 
 async def _merged_stream(flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece],
                          reply: Reply, close_later: CloseLater) -> None:
-    async for chunk in _merged_chunks(flight, writer, first, pieces, close_later):
+    counter = StreamCounter()  # what the client got, counted as it is written
+    async for chunk in _merged_chunks(flight, writer, first, pieces, close_later, counter):
         if reply.gone:
             break
         reply.write(chunk)
+        counter.feed(chunk)
         await reply.drain()
     reply.end()
 
 
 async def _merged_chunks(
-    flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece], close_later: CloseLater
+    flight: Flight, writer: ChunkWriter, first: Piece, pieces: AsyncIterator[Piece], close_later: CloseLater,
+    counter: StreamCounter,
 ) -> AsyncIterator[bytes]:
     outcome = "error"
     prompt = first.prompt_tokens or flight.features.prompt_tokens
@@ -180,7 +185,13 @@ async def _merged_chunks(
         raise
     finally:
         close_later(_aclose(pieces))
-        flight.finish(outcome, tokens=completion)
+        # Its own usage chunk is in the counter too; the engines' counts are what it is made of.
+        # They cover the whole answer only when it ended well: else the deltas written count.
+        counted = counter.tally()
+        if outcome == "ok":
+            counted = dataclasses.replace(counted, output_tokens=completion, output_source="usage")
+        flight.finish(outcome, dataclasses.replace(
+            counted, prompt_tokens=first.prompt_tokens or None, prompt_source="usage" if first.prompt_tokens else None))
 
 
 async def _bounded(pieces: AsyncIterator[Piece], flight: Flight) -> AsyncIterator[Piece]:

@@ -321,6 +321,8 @@ class Logging(_Strict):
                                        "as a JSON line here (rotated; never prompt text); null: memory only")
     requests_file_bytes: int = Field(default=64 * 1024**2, ge=4096, description="Size at which requests_file rotates")
     requests_file_backups: int = Field(default=5, ge=1, le=100, description="Rotated requests files kept")
+    otlp_endpoint: str | None = Field(default=None, description="OTLP/HTTP traces URL (e.g. "
+                                      "http://collector:4318/v1/traces): one span per request; null: no tracing")
 
 
 class Config(_Strict):

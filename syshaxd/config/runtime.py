@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from syshaxd.config.classes import ServiceLevels
+from syshaxd.config.classes import ServiceLevels, reachable
 from syshaxd.config.dotted import get_dotted, set_dotted
 from syshaxd.config.edits import runtime_values, save_overrides
 from syshaxd.config.flags import ENGINE_FLAGS, EngineFlags
@@ -90,6 +90,7 @@ class RuntimeConfig:
         self._flags = {name: loaded.engine_flags.get(name, EngineFlags()) for name in engine_names}
         self._callbacks: list[ChangeCallback] = []
         self._loader = loader or self._default_loader
+        self._fastest_tpot: Callable[[], Mapping[str, float]] | None = None
         #: The overrides written by the last ``save`` (key -> value).
         self.last_saved: dict[str, Any] = {}
         #: The engine flags written by the last ``save`` (name -> both flags).
@@ -182,6 +183,7 @@ class RuntimeConfig:
                 self._check_config_key(key)
                 config_updates[key] = value
         new_config = self._validated(config_updates)
+        self._check_service(config_updates, new_config)
 
         old_values = self.values()
         new_flags = dict(self._flags)
@@ -202,6 +204,19 @@ class RuntimeConfig:
         change = ConfigChangeModel(changed=changed, engines=engines, source="patch")
         self._announce(change)
         return change
+
+    def check_service_with(self, fastest_tpot: Callable[[], Mapping[str, float]]) -> None:
+        """Refuse a class table no engine can serve: ``fastest_tpot`` gives each engine's measured
+        seconds per token on its own (the daemon's monitor)."""
+        self._fastest_tpot = fastest_tpot
+
+    def _check_service(self, updates: Mapping[str, Any], config: Config) -> None:
+        if self._fastest_tpot is None or not any(key.startswith("service.") for key in updates):
+            return
+        why = reachable(config.service, self._fastest_tpot())
+        if why is not None:
+            raise PatchError(next(key for key in updates if key.startswith("service.")),
+                             f"no engine can serve this class table: {why}; the table in use is kept")
 
     def _check_flag_key(self, key: str, value: Any) -> tuple[str, str]:
         parts = key.split(".")
@@ -312,11 +327,9 @@ class RuntimeConfig:
         return change
 
     def _with_runtime_values(self, values: Mapping[str, Any]) -> Config:
-        update: dict[str, BaseModel] = {}
-        for section, changes in _by_section(values).items():
-            current: BaseModel = getattr(self._config, section)
-            update[section] = current.model_copy(update=changes)
-        return self._config.model_copy(update=update)
+        # Revalidated, not copied in: a value read from a file is plain data (a class table is
+        # a dict of dicts), and the running config holds models.
+        return self._validated(values)
 
 
 def _by_section(values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

@@ -56,27 +56,24 @@ def who(request: Request) -> str:
     return peer.describe() if peer else "unknown peer"
 
 
-def may_read(ctx: ControlContext) -> list[Any]:
-    """Route dependencies that answer 403 unless the peer may read (``control.group``)."""
+def _guard(denied: Callable[[PeerCred | None], str | None]) -> list[Any]:
+    """Route dependencies that answer 403 with ``denied(peer)``'s reason when it gives one."""
 
-    def reader(request: Request) -> PeerCred | None:
+    def check(request: Request) -> PeerCred | None:
         peer = peer_of(request)
-        reason = ctx.access.read_denied(peer)
+        reason = denied(peer)
         if reason:
             raise ControlError(403, reason)
         return peer
 
-    return [Depends(reader)]
+    return [Depends(check)]
+
+
+def may_read(ctx: ControlContext) -> list[Any]:
+    """Route dependencies that answer 403 unless the peer may read (``control.group``)."""
+    return _guard(lambda peer: ctx.access.read_denied(peer))
 
 
 def may_write(ctx: ControlContext) -> list[Any]:
     """Route dependencies that answer 403 unless the peer may change the daemon."""
-
-    def writer(request: Request) -> PeerCred | None:
-        peer = peer_of(request)
-        reason = ctx.access.write_denied(peer)
-        if reason:
-            raise ControlError(403, reason)
-        return peer
-
-    return [Depends(writer)]
+    return _guard(lambda peer: ctx.access.write_denied(peer))

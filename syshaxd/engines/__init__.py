@@ -18,7 +18,6 @@ from syshaxd.engines.failures import (
     EngineFailure,
     EngineRejected,
     describe_error,
-    describe_http_error,
     json_answer,
 )
 from syshaxd.engines.llamacpp import LLAMACPP
@@ -46,5 +45,5 @@ def get_dialect(name: str) -> Dialect:
 __all__ = [
     "DIALECTS", "ConnectionLost", "ConnectionPool", "Dialect", "EngineClient", "EngineFailure", "EngineRejected", "EngineResponse",
     "Exchange", "MetricSet", "MetricsParseError", "RATE_WINDOW", "RateTracker", "Sink", "SlotsReading", "describe_error",
-    "describe_http_error", "engine_events", "get_dialect", "json_answer", "set_nodelay",
+    "engine_events", "get_dialect", "json_answer", "set_nodelay",
 ]  # fmt: skip

@@ -46,9 +46,6 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}".rstrip(": ")
 
 
-describe_http_error = describe_error  # the name httpx-era callers know
-
-
 def json_answer(engine: str, data: bytes) -> dict[str, Any]:
     """A 200 answer's JSON object, or the EngineFailure it amounts to (garbage, an error object)."""
     try:

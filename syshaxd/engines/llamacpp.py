@@ -73,11 +73,6 @@ def _busy(slot: dict[str, Any]) -> bool:
     return bool(slot.get("state", 0) != 0)  # older builds: 0 = idle
 
 
-def parse_slots(text: str) -> float | None:
-    """KV-cache usage (0..1) from ``GET /slots`` (see :func:`read_slots`)."""
-    return read_slots(text).kv_cache_usage
-
-
 def read_slots(text: str) -> SlotsReading:
     """KV-cache usage and live decoded tokens from ``GET /slots``.
 

@@ -138,7 +138,6 @@ class Monitor:
         self._fetcher: Fetcher | None = fetcher or (HttpxFetcher(client) if client is not None else None)
         self._owns_fetcher = self._fetcher is None
         self._listeners: list[Listener] = []
-        self._updated = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         #: When each engine last sent answer bytes to the conductor (time.monotonic(), by
         #: engine name); set by the daemon. An engine answering within the window a DOWN
@@ -167,12 +166,6 @@ class Monitor:
                 self._listeners.remove(listener)
 
         return remove
-
-    async def next_snapshot(self, timeout: float | None = None) -> Snapshot:
-        """Wait for the next round's snapshot (raises TimeoutError after ``timeout``)."""
-        event = self._updated
-        await asyncio.wait_for(event.wait(), timeout)
-        return self._snapshot
 
     def set_interval(self, seconds: float) -> None:
         """Change the polling interval (a runtime key); the next round uses it."""
@@ -317,8 +310,6 @@ class Monitor:
 
     def _publish(self) -> Snapshot:
         self._snapshot = self._build(time.time())
-        event, self._updated = self._updated, asyncio.Event()
-        event.set()
         for listener in list(self._listeners):
             try:
                 listener(self._snapshot)

@@ -12,6 +12,7 @@ from syshaxd.policy.adaptive import adaptive
 from syshaxd.policy.baselines import RoundRobin, cpu_only, gpu_only
 from syshaxd.policy.classic import classic
 from syshaxd.policy.common import cpu_token_limit, engine_load, pick_engine
+from syshaxd.policy.estimates import solo_tpot
 from syshaxd.policy.priority import gpu_priority
 from syshaxd.policy.queueing import QueueOrder, queue_order
 from syshaxd.routing import Policy
@@ -36,6 +37,7 @@ def get_policy(name: str) -> Policy:
 
 
 __all__ = [
+    "solo_tpot",
     "POLICY_NAMES", "QueueOrder", "RoundRobin", "adaptive", "classic", "cpu_only", "cpu_token_limit", "engine_load",
     "get_policy", "gpu_only", "gpu_priority", "pick_engine", "queue_order",
 ]  # fmt: skip

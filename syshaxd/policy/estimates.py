@@ -190,3 +190,9 @@ def slot_wait(view: EngineView, model: DeviceModel, ahead: int, tuning: Tuning =
         return (ahead + 1) / view.metrics.finish_rate
     per_departure = remaining_tokens(view, tuning) * model.tpot(running) / running
     return (ahead + 1) * per_departure
+
+
+def solo_tpot(view: EngineView) -> float:
+    """Seconds per token the engine would decode one request at alone (its measured TPOT taken
+    back to a batch of one by the device's shape; the defaults when it measured nothing)."""
+    return device_model(view, GPU_DEFAULTS if view.device == "gpu" else CPU_DEFAULTS).tpot(1)

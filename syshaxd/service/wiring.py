@@ -12,7 +12,7 @@ import asyncio
 from dataclasses import dataclass
 
 from syshaxd.api import ApiServer, create_api_server, create_info_app, own_paths
-from syshaxd.conductor import BookedFlight, Conductor, Dispatcher
+from syshaxd.conductor import BookedFlight, Conductor, Dispatcher, Tracing
 from syshaxd.config import Config, RuntimeConfig, engine_specs
 from syshaxd.control import EventBus
 from syshaxd.engines import EngineClient
@@ -51,6 +51,7 @@ class Parts:
         await self.vitals.stop()
         await self.monitor.stop()
         self.conductor.books.records.close()
+        await asyncio.to_thread(self.conductor.tracing.close)  # exports what is left
 
 
 async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> Parts:
@@ -61,12 +62,14 @@ async def build_parts(config: Config, runtime: RuntimeConfig, bus: EventBus) -> 
     # The host sampler primes psutil's CPU counters: a blocking call, off the loop.
     host = await asyncio.to_thread(HostSampler, bound_cpus=affinity.cpus)
     monitor = Monitor(specs, config.monitor, host=host)
-    conductor = Conductor(config=config, runtime=runtime, monitor=monitor, engines=engines, bus=bus)
+    conductor = Conductor(config=config, runtime=runtime, monitor=monitor, engines=engines, bus=bus,
+                          tracing=Tracing(config.logging.otlp_endpoint))
     monitor.answered_at = conductor.answered_at
     monitor.busy = lambda: conductor.busy() or bus.subscriber_count > 0
     # Capacity a request's end does not make (a scrape, a config change) lets waiters in at once.
     monitor.add_listener(lambda _snapshot: conductor.kick())
     runtime.on_change(lambda _change: conductor.kick())
+    runtime.check_service_with(conductor.fastest_tpot)
     dispatcher = Dispatcher(conductor, list(engines.values()), config.services.gpu.handoff)
     vitals = Vitals(conductor.registry, busy=conductor.busy, served=conductor.served)
     info = create_info_app(conductor, list(engines.values()), config.services.conductor.load_format)

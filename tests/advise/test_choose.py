@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sim.advise.choose import choose, errors
+from sim.advise.check import errors
+from sim.advise.choose import choose
 from sim.advise.daemon import EngineFacts, box_of
 from sim.advise.options import Setting, base_limits, current_setting, grid
 from sim.advise.predict import Prediction

@@ -42,7 +42,7 @@ def test_when_the_cpu_cannot_help_it_says_so_and_recommends_gpu_only(box: Stack)
 
 def test_apply_switches_the_daemon_to_the_recommendation_in_one_patch(box: Stack) -> None:
     done = advise(box, "--apply")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0, done.stdout
     assert "The CPU cannot help this traffic" in done.stdout
     assert "decider.policy = gpu-only" in done.stdout
     assert _policy(box) == "gpu-only"

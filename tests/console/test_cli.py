@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -12,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.plugins.ports import wait_until
+from tests.plugins.ports import stop_process, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 CONSOLE = [sys.executable, "-c", "import sys; from console.cli import main; sys.exit(main())"]
@@ -49,12 +48,7 @@ def daemon_socket(short_tmp: Path) -> Iterator[Path]:
         assert proc.poll() is None, log.read_text()
         yield path
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+        stop_process(proc, grace=10)
 
 
 def test_once_prints_every_panel_without_a_terminal(daemon_socket: Path) -> None:
@@ -102,7 +96,7 @@ def test_a_keymap_with_an_unknown_id_names_it(short_tmp: Path) -> None:
 
 def test_screenshot_runs_without_a_terminal_and_saves_an_svg(daemon_socket: Path, short_tmp: Path) -> None:
     svg = short_tmp / "console.svg"
-    done = run_console("--socket", str(daemon_socket), "--screenshot", str(svg), "--after", "1.5", "--size", "100x30")
+    done = run_console("--socket", str(daemon_socket), "--screenshot", str(svg), "--after", "1.5", "--size", "120x40")
     assert done.returncode == 0, done.stderr
     text = svg.read_text()
     assert text.startswith("<svg") and "gpu1" in text and "cpu0" in text

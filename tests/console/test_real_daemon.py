@@ -22,6 +22,7 @@ from console.model import AUTO_PD, CPU_BATCH, GPU_BATCH, POLICY
 from console.widgets.confirm import ConfirmModal
 from syshaxd.schema import StateModel
 from tests.console.conftest import RecordingConsole, console_for, text_of, wait_for
+from tests.plugins.ports import stop_process
 
 
 def socket_of(stack: Any) -> Path:
@@ -62,17 +63,6 @@ def start_daemon(stack: Any) -> subprocess.Popen[bytes]:
     with open(Path(stack.tmp) / "syshaxd-restarted.log", "wb") as log:
         return subprocess.Popen([sys.executable, "-m", "syshaxd", "--config", str(stack.config_path)],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL if it does not go."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def errors(app: RecordingConsole) -> list[str]:
@@ -178,4 +168,4 @@ async def test_a_daemon_restart_needs_no_key(make_stack: Callable[..., Any]) -> 
             assert (await read_state(path)).config[AUTO_PD] is True
     finally:
         if restarted is not None:
-            await asyncio.to_thread(stop, restarted)
+            await asyncio.to_thread(stop_process, restarted)

@@ -6,29 +6,7 @@ import pytest
 
 from syshaxd.api.headers import header_lines
 from syshaxd.api.response import Response
-
-
-class Wire:
-    """The connection's side of a response: records what was written and how it ended."""
-
-    writable = True
-
-    def __init__(self) -> None:
-        self.data = b""
-        self.done = False
-        self.aborted = False
-
-    def write(self, data: bytes) -> None:
-        self.data += data
-
-    def response_done(self, response: Response) -> None:
-        self.done = True
-
-    async def wait_writable(self) -> None:
-        return None
-
-    def abort(self) -> None:
-        self.aborted = True
+from tests.edge.wire import Wire
 
 
 def answer(status: int, headers: list[tuple[bytes, bytes]], body: bytes = b"", length: int | None = None,

@@ -11,7 +11,7 @@ import time
 
 from tests.edge.raw import AUTH, Client, chat_body, chat_request, push_until_refused, rss_mb
 from tests.plugins.stack import Stack
-from tests.reliability._probe import wait_until
+from tests.probe import wait_until
 
 
 def served(stack: Stack, source: str = "127.0.0.1") -> bool:

@@ -2,7 +2,7 @@
 simulator's llama dialect and, for errors the engine finds, through syshaxd.
 
 Malformed or incomplete bodies never reach an engine through syshaxd (it answers them
-itself, tests/integration/test_conductor_api.py), so those run on the engines only.
+itself, tests/edge/test_conductor_api.py), so those run on the engines only.
 """
 
 from __future__ import annotations

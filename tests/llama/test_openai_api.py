@@ -199,7 +199,7 @@ async def test_a_streamed_answer_never_shows_the_stop_string(target: Target) -> 
     assert len(tokens) == last["usage"]["completion_tokens"]
 
 
-# syshaxd refuses max_tokens 0 itself (tests/integration/test_conductor_api.py).
+# syshaxd refuses max_tokens 0 itself (tests/edge/test_conductor_api.py).
 @run_on(*ENGINES)
 async def test_max_tokens_zero_still_generates_one_token(target: Target) -> None:
     async with target.http() as http:

@@ -31,6 +31,7 @@ class FakeVllm:
         """Bind a free port (the kernel's pick: no race) and serve in a thread."""
         self.received: list[tuple[str, dict[str, Any]]] = []
         self.request_ids: list[str | None] = []  # the X-Request-Id header of each POST
+        self.traceparents: list[str | None] = []  # the traceparent header of each POST
         self._lock = threading.Lock()
         fake = self
 
@@ -63,6 +64,7 @@ class FakeVllm:
                 with fake._lock:
                     fake.received.append((self.path, body))
                     fake.request_ids.append(self.headers.get("X-Request-Id"))
+                    fake.traceparents.append(self.headers.get("traceparent"))
                 self._send(*fake.answer(self.path, body))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

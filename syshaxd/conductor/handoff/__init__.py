@@ -12,13 +12,12 @@ from syshaxd.conductor.handoff import kv_transfer, recompute, syshax
 from syshaxd.conductor.handoff.context import (
     DecodeRequest,
     MergingHandoff,
-    PrefillHandoff,
     SplitContext,
     with_token_limit,
 )
 from syshaxd.conductor.handoff.slots import SlotHandoff
 
 __all__ = [
-    "DecodeRequest", "MergingHandoff", "PrefillHandoff", "SlotHandoff", "SplitContext", "kv_transfer", "recompute",
+    "DecodeRequest", "MergingHandoff", "SlotHandoff", "SplitContext", "kv_transfer", "recompute",
     "syshax", "with_token_limit",
 ]  # fmt: skip

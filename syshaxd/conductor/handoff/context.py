@@ -49,7 +49,6 @@ class DecodeRequest:
 
 
 MergingHandoff = Callable[[SplitContext], AsyncIterator[Piece]]
-PrefillHandoff = Callable[[SplitContext], Any]  # async (ctx) -> DecodeRequest
 
 
 def with_token_limit(body: dict[str, Any], limit: int) -> dict[str, Any]:

@@ -69,10 +69,6 @@ class SlotHandoff:
         if slot is not None:
             self._reserved.get(up.name, set()).discard(slot)
 
-    def reserved(self, engine: str) -> frozenset[int]:
-        """Slots of ``engine`` held by splits right now."""
-        return frozenset(self._reserved.get(engine, ()))
-
     async def prefill(self, ctx: SplitContext) -> DecodeRequest:
         """Prefill on the GPU-side server, move its slot to the CPU-side server, return the decode request.
 
