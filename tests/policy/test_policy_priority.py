@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from syshaxd.policy import get_policy
 from syshaxd.routing import Limits, Mode, RequestFeatures, ServiceLevel
-from tests.unit.policy_helpers import engine, snap, with_capacity
+from tests.policy.helpers import engine, snap, with_capacity
 
 BATCH = RequestFeatures(prompt_tokens=10, max_tokens=10, level=ServiceLevel("batch", ttft=60, tpot=1, priority=1))
 
