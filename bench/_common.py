@@ -54,3 +54,19 @@ def stop_processes(procs: Iterable[subprocess.Popen[bytes]], grace: float = 15.0
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+def replace_generated(doc: Path, begin: str, end: str, body: str, heading: str = "") -> None:
+    """Put ``body`` between the ``begin`` and ``end`` markers of ``doc`` (the prose around them
+    stays); a page without them gets them appended, under ``heading`` when given. Written atomically."""
+    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n\n"
+    if begin in text and end in text:
+        head, rest = text.split(begin, 1)
+        tail = rest.split(end, 1)[1]
+        text = f"{head}{begin}\n{body}{end}{tail}"
+    else:
+        under = f"{heading}\n\n" if heading else ""
+        text = f"{text.rstrip()}\n\n{under}{begin}\n{body}{end}\n"
+    tmp = doc.with_suffix(".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(doc)

@@ -20,6 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from bench import _report  # noqa: E402
+from bench._common import replace_generated  # noqa: E402
 from bench._findings import (  # noqa: E402
     TOLERANCE,
     cpu_gain_table,
@@ -186,13 +187,5 @@ def write(report: dict[str, Any], doc: Path, console: Console | None = None) -> 
             fn(report, w, path)
             plots[f"{kind}-{w}"] = path.name
             written.append(path)
-    body = generated(report, plots)
-    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = f"{head}{BEGIN}\n{body}{END}{tail}"
-    else:
-        text = f"{text.rstrip()}\n\n{BEGIN}\n{body}{END}\n"
-    doc.write_text(text, encoding="utf-8")
+    replace_generated(doc, BEGIN, END, generated(report, plots))
     return written

@@ -17,6 +17,7 @@ matplotlib.use("Agg")  # no display on build machines
 import matplotlib.pyplot as plt  # noqa: E402
 
 from bench import _mixed_report  # noqa: E402
+from bench._common import replace_generated  # noqa: E402
 from bench._mixed import CLASSES  # noqa: E402
 from bench._mixed_plan import CEILING_SHARE, reported  # noqa: E402
 
@@ -101,15 +102,5 @@ def write(report: dict[str, Any], doc: Path) -> list[Path]:
         plot(report, w, path)
         plots[w] = path.name
         written.append(path)
-    body = generated(report, plots)
-    text = doc.read_text(encoding="utf-8") if doc.exists() else "# Benchmarks\n\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = f"{head}{BEGIN}\n{body}{END}{tail}"
-    else:
-        text = f"{text.rstrip()}\n\n## Mixed traffic\n\n{BEGIN}\n{body}{END}\n"
-    tmp = doc.with_suffix(".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(doc)
+    replace_generated(doc, BEGIN, END, generated(report, plots), heading="## Mixed traffic")
     return written

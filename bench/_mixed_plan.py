@@ -18,11 +18,10 @@ capacity is reported for a class only where the run can show that class's overlo
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from bench import _mixed, _sweep
-from bench._scenarios import SCENARIOS, uses_cpu
+from bench._scenarios import SCENARIOS
 
 #: The policies compared on mixed traffic: classes with the CPU; strict priority on the GPU
 #: alone; adaptive's admission on the GPU alone (the CPU switched off: what holding back adds
@@ -36,7 +35,7 @@ WINDOW_S = 300.0
 #: for the run to count as seeing its overload.
 FALL = 0.02
 
-Phase = Callable[[str, list[_sweep.Task]], list[dict[str, Any]]]
+Phase = _sweep.Phase
 
 
 def run(plan: dict[str, Any], settings: _sweep.Settings, phase: Phase) -> dict[str, Any]:
@@ -50,27 +49,14 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, phase: Phase) -> dict[s
                   + [(_sweep.cpu_alone, (settings, f"{w}/{k}", c)) for w, c, k in keys2])
     capacity = dict(zip(keys1, first[: len(keys1)], strict=True))
     alone = dict(zip(keys2, first[len(keys1):], strict=True))
-
-    def identity(w: str, s: str, policy: str, f: float) -> tuple[str, str, str | None, str, float]:
-        sc = SCENARIOS[s]
-        return (w, sc.gpu_profile, sc.cpu_profile if uses_cpu(policy) else None, policy, f)
-
-    unique: dict[tuple[str, str, str | None, str, float], _sweep.Task] = {}
-    for w in plan["workloads"]:
-        for s in plan["scenarios"]:
-            cap = capacity[(w, SCENARIOS[s].gpu_profile)]["capacity"]
-            for policy in plan["policies"]:
-                for f in plan["sweep"]:
-                    key = identity(w, s, policy, f)
-                    unique.setdefault(key, (_sweep.sweep_run, (settings, w, key[1], key[2], policy, f, cap * f)))
-    swept = dict(zip(unique, phase("policy sweep (mixed traffic)", list(unique.values())), strict=True))
+    swept = _sweep.policy_sweep(plan, settings, capacity, phase, "policy sweep (mixed traffic)")
     report: dict[str, Any] = {"benchmark": "policies-mixed", "config": plan, "workloads": {}}
     for w in plan["workloads"]:
         scenarios: dict[str, Any] = {}
         for s in plan["scenarios"]:
             sc = SCENARIOS[s]
             cap = capacity[(w, sc.gpu_profile)]
-            runs = [dict(swept[identity(w, s, p, f)]) for p in plan["policies"] for f in plan["sweep"]]
+            runs = [dict(swept(w, s, p, f)) for p in plan["policies"] for f in plan["sweep"]]
             cpu = {k: alone[(w, sc.cpu_profile, k)] for k in _mixed.CLASSES}
             scenarios[s] = block(plan, sc.summary, sc.gpu_profile, sc.cpu_profile, cap, cpu, runs)
         report["workloads"][w] = {"batch_share": _mixed.share(w), "scenarios": scenarios}

@@ -35,7 +35,7 @@ from typing import Any
 from bench import _mixed, _workloads
 from bench._measure import Summary, summarise
 from bench._run import RunSpec, execute
-from bench._scenarios import policy_function
+from bench._scenarios import SCENARIOS, policy_function, uses_cpu
 from sim import timing
 from sim.arrival_grid import Replay
 from sim.profile import load_profile
@@ -253,3 +253,31 @@ def run_all(tasks: Iterable[Task], jobs: int, on_done: Callable[[], None]) -> li
             results[futures[fut]] = fut.result()
             on_done()
     return [results[i] for i in range(len(tasks))]
+
+
+#: Runs a titled batch of tasks (with a progress bar); results in task order.
+Phase = Callable[[str, list[Task]], list[dict[str, Any]]]
+#: (workload, scenario, policy, rate factor) -> that sweep run's result.
+Swept = Callable[[str, str, str, float], dict[str, Any]]
+
+
+def policy_sweep(plan: dict[str, Any], settings: Settings, capacity: dict[tuple[str, str], dict[str, Any]],
+                 phase: Phase, title: str) -> Swept:
+    """Every policy of the plan at every rate factor of its GPU-only capacity, on every workload
+    and scenario, as one phase. A policy that never touches the CPU (gpu-only, gpu-held) runs once
+    per GPU profile and serves every scenario with it."""
+
+    def identity(w: str, s: str, policy: str, f: float) -> tuple[str, str, str | None, str, float]:
+        sc = SCENARIOS[s]
+        return (w, sc.gpu_profile, sc.cpu_profile if uses_cpu(policy) else None, policy, f)
+
+    unique: dict[tuple[str, str, str | None, str, float], Task] = {}
+    for w in plan["workloads"]:
+        for s in plan["scenarios"]:
+            cap = capacity[(w, SCENARIOS[s].gpu_profile)]["capacity"]
+            for policy in plan["policies"]:
+                for f in plan["sweep"]:
+                    key = identity(w, s, policy, f)
+                    unique.setdefault(key, (sweep_run, (settings, w, key[1], key[2], policy, f, cap * f)))
+    swept = dict(zip(unique, phase(title, list(unique.values())), strict=True))
+    return lambda w, s, policy, f: swept[identity(w, s, policy, f)]

@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bench import _mixed_plan, _mixed_report, _report, _sweep
 from bench._common import results_dir
 from bench._mixed import MIXED
-from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick, uses_cpu
+from bench._scenarios import POLICIES, QUICK_SWEEP, SCENARIOS, SWEEP, pick
 from bench._workloads import HELD_OUT, MOONCAKE, WORKLOADS, WorkloadError, choose
 from sim.arrival_grid import REPLAYS
 
@@ -149,28 +149,14 @@ def run(plan: dict[str, Any], settings: _sweep.Settings, jobs: int, console: Con
                       + [(_sweep.cpu_alone, (settings, w, c)) for w, c in keys2])
         capacity = dict(zip(keys1, first[: len(keys1)], strict=True))
         alone = dict(zip(keys2, first[len(keys1):], strict=True))
-
-        # gpu-only and gpu-held never touch the CPU: one run per GPU profile serves every scenario.
-        def identity(w: str, s: str, policy: str, f: float) -> tuple[str, str, str | None, str, float]:
-            sc = SCENARIOS[s]
-            return (w, sc.gpu_profile, sc.cpu_profile if uses_cpu(policy) else None, policy, f)
-
-        unique: dict[tuple[str, str, str | None, str, float], _sweep.Task] = {}
-        for w in plan["workloads"]:
-            for s in plan["scenarios"]:
-                cap = capacity[(w, SCENARIOS[s].gpu_profile)]["capacity"]
-                for policy in plan["policies"]:
-                    for f in plan["sweep"]:
-                        key = identity(w, s, policy, f)
-                        unique.setdefault(key, (_sweep.sweep_run, (settings, w, key[1], key[2], policy, f, cap * f)))
-        swept = dict(zip(unique, phase("policy sweep", list(unique.values())), strict=True))
+        swept = _sweep.policy_sweep(plan, settings, capacity, phase, "policy sweep")
     report: dict[str, Any] = {"benchmark": "policies", "config": plan, "workloads": {}}
     for w in plan["workloads"]:
         block: dict[str, Any] = {"scenarios": {}}
         for s in plan["scenarios"]:
             sc = SCENARIOS[s]
             cap, cpu = capacity[(w, sc.gpu_profile)], alone[(w, sc.cpu_profile)]
-            runs = [dict(swept[identity(w, s, p, f)]) for p in plan["policies"] for f in plan["sweep"]]
+            runs = [dict(swept(w, s, p, f)) for p in plan["policies"] for f in plan["sweep"]]
             gpu_best = max([cap["best_goodput"]] + [r["goodput"] for r in runs if r["policy"] == "gpu-only"])
             ceiling = gpu_best + cpu["best_goodput"]
             for r in runs:

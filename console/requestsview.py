@@ -15,7 +15,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel
+from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel, duration
 
 #: The requests view's columns.
 COLUMNS = ("time", "id", "class", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e",
@@ -31,13 +31,8 @@ FIGURES = {"goodput": "goodput", "ttft_p50": "TTFT p50", "ttft_p99": "TTFT p99",
 
 
 def fmt_duration(value: float | None) -> str:
-    """Milliseconds below a second, seconds above: 0.0032 -> "3.2 ms", 0.214 -> "214 ms", 12.3 -> "12.30 s"."""
-    if value is None:
-        return "–"
-    ms = value * 1000
-    if abs(ms) < 10:
-        return f"{ms:.1f} ms"
-    return f"{ms:.0f} ms" if abs(value) < 1 else f"{value:.2f} s"
+    """Milliseconds below a second, seconds above (:func:`syshaxd.schema.duration`); "–" for none."""
+    return duration(value, missing="–")
 
 
 def route_of(record: RequestRecordModel) -> str:

@@ -268,3 +268,16 @@ class ErrorModel(_Wire):
 
     error: str
     key: str | None = None
+
+
+def duration(seconds: float | None, missing: str = "-") -> str:
+    """A duration as an operator reads it: milliseconds below a second, seconds above
+    (``"3.2 ms"``, ``"850 ms"``, ``"1.25 s"``); ``missing`` for None."""
+    if seconds is None:
+        return missing
+    ms = seconds * 1000
+    if abs(ms) < 10:
+        return f"{ms:.1f} ms"
+    if abs(seconds) < 1:
+        return f"{ms:.0f} ms"
+    return f"{seconds:,.2f} s"

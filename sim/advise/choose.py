@@ -24,9 +24,8 @@ from dataclasses import dataclass
 from sim.advise.check import LATENCY_FLOOR
 from sim.advise.options import Setting
 from sim.advise.predict import Prediction
-from sim.advise.units import duration
 from sim.advise.window import Measured
-from syshaxd.schema import AdviceModel, AdviceOption
+from syshaxd.schema import AdviceModel, AdviceOption, duration
 
 __all__ = ["NOISE_REQUESTS", "NOISE_SHARE", "Choice", "advice", "choose", "noise"]
 

@@ -1,6 +1,6 @@
 """The advice for people: a rich table of the options, the current setting's self-check, the verdict.
 
-Durations read in milliseconds below a second (:mod:`sim.advise.units`), figures by the names
+Durations read in milliseconds below a second (:func:`syshaxd.schema.duration`), figures by the names
 an operator reads (TTFT p99, output tokens/s).
 """
 
@@ -13,9 +13,8 @@ from rich.text import Text
 
 from sim.advise import check
 from sim.advise.check import CHECKED
-from sim.advise.units import duration
 from sim.advise.window import Measured
-from syshaxd.schema import AdviceModel
+from syshaxd.schema import AdviceModel, duration
 
 __all__ = ["error_table", "options_table"]
 

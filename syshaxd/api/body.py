@@ -111,13 +111,14 @@ def _priority(value: Any) -> int | None:
     return value
 
 
-def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK) -> ParsedRequest:
+def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK,
+                  trace: tuple[tuple[str, str], ...] = ()) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
 
     ``ask`` is what the request's headers asked of its service level; the body's ``priority``
     joins it and leaves the body (the conductor forwards the class's priority to the engines
     only when ``service.forward_priority`` says so: an engine without priority scheduling
-    refuses the field).
+    refuses the field). ``trace``: the client's W3C trace context headers.
 
     Raises:
         ApiError: 400 with a precise message for anything the engines could not serve.
@@ -178,16 +179,10 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
 
     out = dump_body(body) if changed else raw
     return ParsedRequest(
-        kind=kind,
-        body=body,
-        raw=out,
-        model=model,
-        stream=stream,
-        include_usage=include_usage,
-        max_tokens=max_tokens,
-        prompt_tokens=prompt_tokens,
-        has_num_decode_tokens=num_decode is not None,
+        kind=kind, body=body, raw=out, model=model, stream=stream, include_usage=include_usage,
+        max_tokens=max_tokens, prompt_tokens=prompt_tokens, has_num_decode_tokens=num_decode is not None,
         messages=len(body["messages"]) if kind == "chat" else 0,
         temperature=float(temperature) if temperature is not None else None,
         ask=ask,
+        trace=trace,
     )

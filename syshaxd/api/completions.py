@@ -9,7 +9,6 @@ connection's response. These routes are still in the OpenAPI document
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Awaitable
 from typing import Any
@@ -39,25 +38,30 @@ _CLASS_NAME = re.compile(rb"^[A-Za-z0-9._-]{1,64}$")
 _MILLISECONDS = re.compile(rb"^[0-9]{1,9}(\.[0-9]{1,3})?$")
 
 
-def trace_context(request: Request) -> tuple[tuple[str, str], ...]:
-    """The client's W3C trace context headers, as sent (the tracer checks them)."""
-    found = []
-    for name in (b"traceparent", b"tracestate"):
-        value = request.header(name)
-        if value is not None and len(value) <= 512:
-            found.append((name.decode(), value.decode("latin-1")))
-    return tuple(found)
+#: The headers a completion reads beside the body: its service level and its trace context.
+_ASKING = frozenset({b"x-syshax-class", b"x-slo-ttft-ms", b"x-slo-tpot-ms", b"traceparent", b"tracestate"})
 
 
-def service_ask(request: Request) -> ServiceAsk:
-    """What the headers ask of the request's service level.
+def asked(request: Request) -> tuple[ServiceAsk, tuple[tuple[str, str], ...]]:
+    """What the headers ask of the request's service level, and the client's W3C trace context
+    (as sent: the tracer checks it), read in one pass over the headers.
 
     Raises:
-        ApiError: 400 naming the header, for a malformed value.
+        ApiError: 400 naming the header, for a malformed service-level value.
     """
-    name = request.header(b"x-syshax-class")
-    ttft = request.header(b"x-slo-ttft-ms")
-    tpot = request.header(b"x-slo-tpot-ms")
+    found: dict[bytes, bytes] = {}
+    for key, value in request.headers:
+        if key in _ASKING and key not in found:
+            found[key] = value
+    if not found:
+        return NO_ASK, ()
+    trace = tuple((name.decode(), found[name].decode("latin-1")) for name in (b"traceparent", b"tracestate")
+                  if name in found and len(found[name]) <= 512)
+    ask = _service_ask(found.get(b"x-syshax-class"), found.get(b"x-slo-ttft-ms"), found.get(b"x-slo-tpot-ms"))
+    return ask, trace
+
+
+def _service_ask(name: bytes | None, ttft: bytes | None, tpot: bytes | None) -> ServiceAsk:
     if name is None and ttft is None and tpot is None:
         return NO_ASK
     if name is not None and not _CLASS_NAME.match(name.strip()):
@@ -94,10 +98,7 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
                 raise ApiError(405, f"{request.method} {request.path}: Method Not Allowed", code="405",
                                headers={"Allow": "POST"})
             _check_content_type(request.header(b"content-type"))
-            parsed = parse_request(request.body, kind, config, service_ask(request))
-            trace = trace_context(request)
-            if trace:
-                parsed = dataclasses.replace(parsed, trace=trace)
+            parsed = parse_request(request.body, kind, config, *asked(request))
             return dispatcher.start(parsed, response, forced, request_id(request))
 
         return handle

@@ -51,8 +51,10 @@ class Record:
 
     def met(self, tpot: float | None) -> bool | None:
         """Whether it was answered whole within its own targets (None: not answered)."""
-        if self.outcome != "ok" or self.ttft is None:
-            return None if self.outcome != "ok" else False
+        if self.outcome != "ok":
+            return None
+        if self.ttft is None:
+            return False
         if self.ttft_target is not None and self.ttft > self.ttft_target:
             return False
         return not (self.tpot_target is not None and tpot is not None and tpot > self.tpot_target)

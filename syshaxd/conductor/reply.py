@@ -81,15 +81,19 @@ def request_id_header(request_id: str) -> tuple[bytes, bytes]:
     return (b"x-request-id", request_id.encode("latin-1", "replace"))
 
 
+#: Printable ASCII stays, every other byte reads "?" (a header value carries no control bytes).
+_PRINTABLE = bytes(c if 32 <= c < 127 else 63 for c in range(256))
+
+
 def story_headers(request_id: str, service_class: str, device: str | None, engine: str, mode: str,
                   reason: str) -> tuple[tuple[bytes, bytes], ...]:
     """Where an answer ran and why, for the client: ``x-request-id`` and the ``x-syshax-class``,
     ``-device``, ``-engine``, ``-mode`` and ``-reason`` headers (the reason in printable ASCII,
     at most 160 characters)."""
-    tame = "".join(c if " " <= c <= "~" else "?" for c in reason[:160])
+    tame = reason[:160].encode("ascii", "replace").translate(_PRINTABLE)
     return (request_id_header(request_id), (b"x-syshax-class", service_class.encode("latin-1", "replace")),
             (b"x-syshax-device", (device or "-").encode()), (b"x-syshax-engine", engine.encode("latin-1", "replace")),
-            (b"x-syshax-mode", mode.encode()), (b"x-syshax-reason", tame.encode("ascii")))
+            (b"x-syshax-mode", mode.encode()), (b"x-syshax-reason", tame))
 
 
 class Told(Protocol):

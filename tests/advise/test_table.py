@@ -9,9 +9,8 @@ from rich.console import Console
 
 from sim.advise.options import Setting
 from sim.advise.table import error_table, options_table
-from sim.advise.units import duration
 from sim.advise.window import Measured
-from syshaxd.schema import AdviceModel, AdviceOption
+from syshaxd.schema import AdviceModel, AdviceOption, duration
 
 
 def _text(renderable: object) -> str:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -19,7 +18,7 @@ import yaml
 
 from syshaxd.schema import ConfigChangeModel, DecisionModel, StateModel
 from tests.control.conftest import NOBODY, needs_root, run_as_nobody
-from tests.plugins.daemon import RunningDaemon, wait_control_socket
+from tests.plugins.daemon import RunningDaemon, successor, wait_control_socket
 from tests.plugins.ports import wait_until
 
 pytestmark = pytest.mark.slow
@@ -49,18 +48,8 @@ def restarted(daemon: RunningDaemon) -> Iterator[subprocess.Popen[bytes]]:
     """The daemon stopped and started again with the same config, environment and state
     directory; yields the new process once its control socket answers, stops it afterwards."""
     assert daemon.stop() == 0
-    log = open(daemon.dir / "restarted.log", "wb")  # noqa: SIM115 - closed below
-    successor = subprocess.Popen(
-        [sys.executable, "-m", "syshaxd", "--config", str(daemon.config_path)],
-        stdout=log, stderr=subprocess.STDOUT, env=daemon.env,
-    )
-    try:
-        wait_control_socket(daemon.socket_path, successor)
-        yield successor
-    finally:
-        successor.send_signal(signal.SIGTERM)
-        successor.wait(timeout=30)
-        log.close()
+    with successor(daemon, "restarted.log") as proc:
+        yield proc
 
 
 def test_state_of_a_real_daemon(start_daemon: Any) -> None:

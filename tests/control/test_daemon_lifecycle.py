@@ -8,8 +8,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.plugins.daemon import run_syshaxd, wait_control_socket
+from tests.plugins.daemon import run_syshaxd, successor, wait_control_socket
 from tests.plugins.ports import free_port, wait_until
 
 pytestmark = pytest.mark.slow
@@ -44,19 +42,9 @@ def test_stale_socket_of_a_killed_daemon_is_replaced(start_daemon: Any) -> None:
             probe.connect(str(daemon.socket_path))
         finally:
             probe.close()
-    log = open(daemon.dir / "second.log", "wb")  # noqa: SIM115 - closed below
-    successor = subprocess.Popen(
-        [sys.executable, "-m", "syshaxd", "--config", str(daemon.config_path)],
-        stdout=log, stderr=subprocess.STDOUT, env=daemon.env,
-    )
-    try:
-        wait_control_socket(daemon.socket_path, successor)
+    with successor(daemon, "second.log") as proc:
         assert daemon.state().engines
-    finally:
-        successor.send_signal(signal.SIGTERM)
-        successor.wait(timeout=30)
-        log.close()
-    assert successor.returncode == 0
+    assert proc.returncode == 0
 
 
 def test_sigterm_drains_and_cleans_up_with_the_sd_notify_protocol(start_daemon: Any) -> None:

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,6 +135,22 @@ def wait_control_socket(path: Path, proc: subprocess.Popen[bytes], timeout: floa
                 probe.close()
         time.sleep(0.05)
     raise TimeoutError(f"control socket {path} did not answer within {timeout}s")
+
+
+@contextmanager
+def successor(daemon: RunningDaemon, log_name: str) -> Iterator[subprocess.Popen[bytes]]:
+    """syshaxd started again with ``daemon``'s config, environment and state directory (the old
+    process already gone); yields it once its control socket answers, stops it afterwards."""
+    log = open(daemon.dir / log_name, "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "syshaxd", "--config", str(daemon.config_path)],
+                            stdout=log, stderr=subprocess.STDOUT, env=daemon.env)
+    try:
+        wait_control_socket(daemon.socket_path, proc)
+        yield proc
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        log.close()
 
 
 def _write_config(tmp: Path, ports: tuple[int, int, int], policy: str, config: dict[str, Any] | None) -> Path:
