@@ -23,7 +23,8 @@ class ServiceLevel:
 
     Targets are seconds; None takes the decider's (``ttft_target``, ``tpot_target``). A class
     with a ``deadline`` and no TPOT target asks only that the whole answer be done in time.
-    ``priority`` is vLLM's convention: lower first.
+    ``priority`` is vLLM's convention: lower first. ``cpu`` False keeps the class on the GPU
+    (:mod:`syshaxd.policy.cpu_classes`).
     """
 
     name: str = "interactive"
@@ -35,6 +36,8 @@ class ServiceLevel:
     #: What happens to a waiting request that can no longer meet its TTFT target:
     #: ``serve`` (late, when there is room) or ``refuse`` (at once, with a reason).
     late: Literal["serve", "refuse"] = "serve"
+    #: Whether the policy may place it on the CPU (whole, or its decode after a GPU prefill).
+    cpu: bool = True
 
 
 #: The class of a request that names none and matches no rule, when no table is configured.

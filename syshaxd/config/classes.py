@@ -2,8 +2,8 @@
 
 A class has its own targets (time to first token; time per output token, or instead a
 deadline for the whole answer), a priority (vLLM's convention: lower first), whether it may
-be shed under saturation, and what happens when it can no longer meet its TTFT target while
-waiting (served late, or refused at once). The shipped table: ``interactive`` (the default:
+be shed under saturation, what happens when it can no longer meet its TTFT target while
+waiting (served late, or refused at once), and whether the CPU may serve it (``cpu``). The shipped table: ``interactive`` (the default:
 the decider's targets, so nothing changes for who sets nothing), ``batch`` (first token
 within a minute, a token a second) and ``sheddable`` (refused first, and when late).
 
@@ -48,6 +48,8 @@ class ServiceClass(_Strict):
     sheddable: bool = Field(default=False, description="Refused first when the box is saturated")
     late: Literal["serve", "refuse"] = Field(default="serve", description="A waiting request that can no longer "
                                              "meet its TTFT target: served late, or refused at once")
+    cpu: bool = Field(default=True, description="Whether the policy may place this class on the CPU (whole or its "
+                      "decode); false keeps it on the GPU")
 
     @model_validator(mode="after")
     def _one_way_to_pace(self) -> ServiceClass:
@@ -62,7 +64,7 @@ class ServiceClass(_Strict):
         """The class as the core and the policies see it (seconds)."""
         return ServiceLevel(name, ttft=None if self.ttft_ms is None else self.ttft_ms / 1000,
                             tpot=None if self.tpot_ms is None else self.tpot_ms / 1000, deadline=self.deadline_s,
-                            priority=self.priority, sheddable=self.sheddable, late=self.late)
+                            priority=self.priority, sheddable=self.sheddable, late=self.late, cpu=self.cpu)
 
 
 class ClassRule(_Strict):
@@ -109,7 +111,7 @@ class ServiceLevels(_Strict):
     default_class: str = Field(default="interactive", description="The class of a request that names none and "
                                "matches no rule")
     classes: dict[str, ServiceClass] = Field(default_factory=default_classes,
-                                             description="The classes by name: targets, priority, sheddable, late")
+                                             description="The classes by name: targets, priority, sheddable, late, cpu")
     rules: list[ClassRule] = Field(default_factory=list, description="Pick a class from request fields, first "
                                    "match wins: [{class, model, max_tokens_at_least, ...}]")
     promote_after_s: float = Field(default=60.0, gt=0, description="A request waiting this long is offered room "

@@ -40,7 +40,7 @@ def test_single_device_baselines_wait_without_their_device(name: str) -> None:
 
 def test_round_robin_alternates_per_instance() -> None:
     rr = get_policy("round-robin")
-    assert isinstance(rr, RoundRobin)
+    assert isinstance(rr.__wrapped__, RoundRobin)  # type: ignore[attr-defined]
     assert [rr(BOTH, REQ, Limits()).device for _ in range(5)] == ["gpu", "cpu", "gpu", "cpu", "gpu"]
     other = get_policy("round-robin")
     assert other is not rr and other(BOTH, REQ, Limits()).device == "gpu"
