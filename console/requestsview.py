@@ -3,7 +3,8 @@
 The requests view lists the last finished requests, newest first (``GET /v1/requests``);
 Enter on one shows the decision's inputs -- the engines as the policy saw them, the limits
 it applied, its estimates -- beside what happened. The advice view shows the latest advice
-of ``syshax advise`` (``GET /v1/advice``).
+of ``syshax advise`` (``GET /v1/advice``): the recommendation, which class the CPU should
+serve, one line per service class, the options.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from syshaxd.schema import AdviceModel, AdviceOption, RequestRecordModel, duration
+from syshaxd.schema import AdviceClass, AdviceModel, AdviceOption, RequestRecordModel, duration
 
 #: The requests view's columns.
 COLUMNS = ("time", "id", "class", "route", "outcome", "prompt", "out/max", "queue", "TTFT", "TPOT", "e2e",
@@ -159,6 +160,9 @@ def advice_view(advice: AdviceModel | None) -> RenderableType:
                                                                       if k not in FIGURES)
     error = ", ".join(f"{FIGURES.get(k, k)} {advice.current_error[k] * 100:+.0f}%" for k in order)
     parts: list[RenderableType] = [head, summary]
+    if advice.cpu_verdict:
+        parts.append(Text(advice.cpu_verdict, style="bold cyan"))
+    parts += _class_lines(advice)
     if advice.forced and advice.refused:
         parts.append(Text(f"forced although: {advice.refused}", style="yellow"))
     if error:
@@ -168,6 +172,32 @@ def advice_view(advice: AdviceModel | None) -> RenderableType:
         parts.append(Text(f"profiles: {profiles}", style="dim"))
     parts += [Text(""), _options_table(advice.options, advice.recommended)]
     return Group(*parts)
+
+
+def _class_lines(advice: AdviceModel) -> list[Text]:
+    """One line per service class of the window, first to run first: the recommended option's
+    figures (the current one's when none is recommended) beside what happened."""
+    shown = advice.recommended if advice.recommended is not None else \
+        next((i for i, o in enumerate(advice.options) if o.current), None)
+    if shown is None or not advice.classes:
+        return []
+    option = advice.options[shown]
+    which = "recommended" if advice.recommended is not None else "current setting"
+    lines = []
+    for name in sorted(advice.classes, key=lambda n: (advice.classes[n].priority, n)):
+        c = option.classes.get(name)
+        if c is None:
+            continue
+        target = advice.classes[name].ttft
+        was: AdviceClass | None = advice.actual_classes.get(name)
+        text = Text(f"{name:<12}", style="bold")
+        text.append(f" {which}: {c.met}/{c.requests} within its targets, TTFT p99 {fmt_duration(c.ttft_p99)}"
+                    + (f" of {fmt_duration(target)}" if target is not None else "")
+                    + f", refused {c.refused}; GPU {c.gpu_share:.0%} · CPU {c.cpu_share:.0%} · split {c.split_share:.0%}")
+        if was is not None:
+            text.append(f"   (happened: {was.met}/{was.requests}, TTFT p99 {fmt_duration(was.ttft_p99)})", style="dim")
+        lines.append(text)
+    return lines
 
 
 def _options_table(options: Sequence[AdviceOption], recommended: int | None) -> Table:

@@ -120,6 +120,32 @@ class RequestRecordModel(_Wire):
     prompt_tokens_source: str = "estimate"  # "usage", "timings", or "estimate" (syshaxd's own)
 
 
+class AdviceClass(_Wire):
+    """One service class's share of a window, replayed or as it happened: each request judged
+    at its own targets."""
+
+    requests: int = 0
+    completed: int = 0
+    met: int = 0  # finished within its own TTFT and TPOT targets
+    goodput: float = 0.0  # met per second of the window (the option's span, as its total goodput)
+    ttft_p99: float | None = None  # seconds, of its completed requests
+    refused: int = 0  # never answered: refused (queue full, shed, late, ...) or timed out
+    #: Where its completed requests ran: whole on the GPU, whole on the CPU, or split (GPU
+    #: prefill, CPU decode); shares of ``completed``.
+    gpu_share: float = 0.0
+    cpu_share: float = 0.0
+    split_share: float = 0.0
+
+
+class AdviceClassTargets(_Wire):
+    """A class of the window as the daemon's class table gives it (targets in seconds)."""
+
+    ttft: float | None = None  # its requests' TTFT target (the most common one, headers included)
+    tpot: float | None = None
+    priority: int = 0
+    cpu: bool = True  # whether the table lets the policy place it on the CPU
+
+
 class AdviceOption(_Wire):
     """One setting ``syshax advise`` replayed the recorded window under, and what it predicts."""
 
@@ -135,6 +161,7 @@ class AdviceOption(_Wire):
     cpu_share: float = 0.0  # share of requests the CPU served (whole or decode)
     current: bool = False  # the daemon's setting when the window was recorded
     tied: bool = False  # differs from the recommendation only within advise's own error
+    classes: dict[str, AdviceClass] = Field(default_factory=dict)  # per service class of the window
 
 
 class AdviceModel(_Wire):
@@ -156,6 +183,13 @@ class AdviceModel(_Wire):
     refused: str | None = None
     error_bound: float | None = None  # the largest self-check error advise accepts (0.5: 50%)
     forced: bool = False  # advised although refused (``--force``)
+    #: The window's service classes (their targets, priority, whether the CPU may serve them)
+    #: and what really happened to each.
+    classes: dict[str, AdviceClassTargets] = Field(default_factory=dict)
+    actual_classes: dict[str, AdviceClass] = Field(default_factory=dict)
+    #: The classes the CPU should serve on this box (empty: none); None when advise recommends nothing.
+    cpu_classes: list[str] | None = None
+    cpu_verdict: str = ""  # which class the CPU should serve, in one sentence
 
 
 class ClassStatsModel(_Wire):

@@ -12,6 +12,11 @@ about that much when one request's fate flips).
 
 When GPU-only is among the best (tied), the CPU cannot help this traffic: advise says so and
 recommends GPU-only.
+
+With more than one service class every request is judged at its own targets, the options tied
+on goodput are narrowed by how many requests of each class meet their targets, the class
+that runs first (lowest priority) first, and latency is that class's TTFT p99; ``gpu-priority``
+counts as a setting without the CPU, as GPU-only does.
 """
 
 from __future__ import annotations
@@ -20,12 +25,13 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from sim.advise.check import LATENCY_FLOOR
-from sim.advise.options import Setting
+from sim.advise.options import GPU_ALONE, Setting
 from sim.advise.predict import Prediction
 from sim.advise.window import Measured
-from syshaxd.schema import AdviceModel, AdviceOption, duration
+from syshaxd.schema import AdviceClass, AdviceClassTargets, AdviceModel, AdviceOption, duration
 
 __all__ = ["NOISE_REQUESTS", "NOISE_SHARE", "Choice", "advice", "choose", "noise"]
 
@@ -53,14 +59,37 @@ def _meets_all(m: Measured) -> bool:
     return m.completed == m.requests and math.isclose(m.goodput, m.throughput, rel_tol=1e-9)
 
 
-def _best(predictions: Sequence[Prediction], span: float, error: Mapping[str, float]) -> list[int]:
-    """The options no other beats by more than the error: on goodput, then on TTFT p99."""
+def by_priority(classes: Mapping[str, AdviceClassTargets]) -> list[str]:
+    """Class names, the one that runs first first."""
+    return sorted(classes, key=lambda name: (classes[name].priority, name))
+
+
+def _by_class(predictions: Sequence[Prediction], tied: list[int], order: Sequence[str]) -> list[int]:
+    """The tied options narrowed class by class, first to run first, by requests meeting their targets."""
+    for name in order:
+        met = {i: predictions[i].classes[name].met if name in predictions[i].classes else 0 for i in tied}
+        most = max(met.values())
+        tied = [i for i in tied if met[i] >= most - max(NOISE_REQUESTS, NOISE_SHARE * most)]
+    return tied
+
+
+def _best(predictions: Sequence[Prediction], span: float, error: Mapping[str, float],
+          order: Sequence[str] = ()) -> list[int]:
+    """The options no other beats by more than the error: on goodput (then, with classes, on
+    each class's requests meeting their targets), then on TTFT p99 (with classes, the first class's)."""
     best = max(p.measured.goodput for p in predictions)
     margin = max(noise(best, span), abs(error.get("goodput", 0.0)) * best)
     tied = [i for i, p in enumerate(predictions) if p.measured.goodput >= best - margin]
+    if len(order) > 1:
+        tied = _by_class(predictions, tied, order)
     if not all(_meets_all(predictions[i].measured) for i in tied):
         return tied
-    ttfts = {i: predictions[i].measured.ttft_p99 for i in tied}
+
+    def ttft(p: Prediction) -> float | None:
+        first = p.classes.get(order[0]) if len(order) > 1 else None
+        return first.ttft_p99 if first is not None else p.measured.ttft_p99
+
+    ttfts = {i: ttft(predictions[i]) for i in tied}
     fastest = min((t for t in ttfts.values() if t is not None), default=None)
     if fastest is None:
         return tied
@@ -68,8 +97,22 @@ def _best(predictions: Sequence[Prediction], span: float, error: Mapping[str, fl
     return [i for i in tied if ttfts[i] is not None and ttfts[i] <= fastest + slack]  # type: ignore[operator]
 
 
+def gpu_alone(predictions: Sequence[Prediction], current: Setting) -> int:
+    """The best option without the CPU (gpu-only, gpu-priority): most goodput, then the simplest."""
+    alone = [i for i, p in enumerate(predictions) if p.setting.policy in GPU_ALONE]
+    top = max(predictions[i].measured.goodput for i in alone)
+    return min((i for i in alone if predictions[i].measured.goodput == top),
+               key=lambda i: predictions[i].setting.simplicity(current))
+
+
+def gpu_name(setting: Setting) -> str:
+    """A setting without the CPU, for the sentence."""
+    return "GPU-only" if setting.policy == "gpu-only" else f"{setting.policy} (strict priority on the GPU alone)"
+
+
 def choose(predictions: Sequence[Prediction], current: Setting, span: float,
-           error: Mapping[str, float] | None = None, basis: str = "", gpu_slots: int | None = None) -> Choice:
+           error: Mapping[str, float] | None = None, basis: str = "", gpu_slots: int | None = None,
+           classes: Mapping[str, AdviceClassTargets] | None = None) -> Choice:
     """The recommendation among ``predictions`` (one of them must be gpu-only).
 
     Args:
@@ -77,48 +120,71 @@ def choose(predictions: Sequence[Prediction], current: Setting, span: float,
             apart by less).
         basis: appended to the sentence in parentheses: what the advice stands on.
         gpu_slots: what the GPU engine runs at once (labels show the limit it really runs).
+        classes: the window's service classes (more than one: ties are broken class by class).
     """
     error = error or {}
     tail = f" ({basis})" if basis else ""
-    gpu = next(i for i, p in enumerate(predictions) if p.setting.policy == "gpu-only")
+    best = _best(predictions, span, error, by_priority(classes or {}))
+    alone = [i for i in best if predictions[i].setting.policy in GPU_ALONE]
+    gpu = min(alone, key=lambda i: predictions[i].setting.simplicity(current)) if alone else \
+        gpu_alone(predictions, current)
     g = predictions[gpu].measured
-    best = _best(predictions, span, error)
-    if gpu in best:
-        return Choice(gpu, False, f"The CPU cannot help this traffic: no setting that uses it beats GPU-only "
+    if alone:
+        name = gpu_name(predictions[gpu].setting)
+        return Choice(gpu, False, f"The CPU cannot help this traffic: no setting that uses it beats {name} "
                                   f"({g.goodput:.2f} requests/s within the targets, TTFT p99 "
-                                  f"{duration(g.ttft_p99)}) by more than advise's own error, so GPU-only is "
-                                  f"recommended{tail}.", tuple(i for i in best if i != gpu))
+                                  f"{duration(g.ttft_p99)}) by more than advise's own error, so "
+                                  f"{name.split(' (')[0]} is recommended{tail}.", tuple(i for i in best if i != gpu))
     pick = next((i for i in best if predictions[i].setting == current), None)
     if pick is None:
         pick = min(best, key=lambda i: predictions[i].setting.simplicity(current))
     chosen = predictions[pick].measured
     stay = "the current setting" if predictions[pick].setting == current else predictions[pick].setting.label(gpu_slots)
+    name = gpu_name(predictions[gpu].setting).split(" (")[0]
     if chosen.goodput > g.goodput + max(noise(g.goodput, span), abs(error.get("goodput", 0.0)) * g.goodput):
-        edge = f"{chosen.goodput - g.goodput:+.2f} over GPU-only"
+        edge = f"{chosen.goodput - g.goodput:+.2f} over {name}"
     else:
-        edge = f"as GPU-only does, with TTFT p99 {duration(chosen.ttft_p99)} against its {duration(g.ttft_p99)}"
+        edge = f"as {name} does, with TTFT p99 {duration(chosen.ttft_p99)} against its {duration(g.ttft_p99)}"
     return Choice(pick, True, f"The CPU helps: {stay} is predicted to serve {chosen.goodput:.2f} requests/s "
                               f"within the targets, {edge}{tail}.", tuple(i for i in best if i != pick))
 
 
-def _option(p: Prediction, current: Setting, tied: bool, gpu_slots: int | None) -> AdviceOption:
+def _option(p: Prediction, current: Setting, tied: bool, gpu_slots: int | None,
+            table: Mapping[str, Mapping[str, Any]]) -> AdviceOption:
     m = p.measured
-    return AdviceOption(label=p.setting.label(gpu_slots), settings=p.setting.settings(), goodput=m.goodput,
+    return AdviceOption(label=p.setting.label(gpu_slots), settings=p.setting.settings(table), goodput=m.goodput,
                         throughput=m.throughput, ttft_p50=m.ttft_p50, ttft_p99=m.ttft_p99, tpot_p99=m.tpot_p99,
                         tpot_p50=m.tpot_p50, output_tps=m.output_tps, cpu_share=m.cpu_share,
-                        current=p.setting == current, tied=tied)
+                        current=p.setting == current, tied=tied, classes=p.classes)
+
+
+@dataclass(frozen=True)
+class Classes:
+    """What the advice says of the window's service classes."""
+
+    table: Mapping[str, Mapping[str, Any]]  # service.classes as the daemon shows it
+    targets: Mapping[str, AdviceClassTargets]  # the window's classes
+    actual: Mapping[str, AdviceClass]  # what happened to each
+    cpu_classes: list[str] | None = None  # the classes the CPU should serve (None: not judged)
+    verdict: str = ""  # in one sentence
 
 
 def advice(predictions: Sequence[Prediction], current: Setting, actual: Measured, choice: Choice | None,
            profiles: dict[str, str], current_error: dict[str, float], *, refused: str | None = None,
-           error_bound: float | None = None, forced: bool = False, gpu_slots: int | None = None) -> AdviceModel:
+           error_bound: float | None = None, forced: bool = False, gpu_slots: int | None = None,
+           classes: Classes | None = None) -> AdviceModel:
     """The advice on the wire (``POST /v1/advice``, ``--json``); no recommendation when refused."""
     tied = set(choice.tied) if choice is not None else set()
     recommend = choice is not None and (refused is None or forced)
+    table = classes.table if classes is not None else {}
     return AdviceModel(
         made_at=time.time(), requests=actual.requests, window_s=actual.span, profiles=profiles,
-        options=[_option(p, current, i in tied, gpu_slots) for i, p in enumerate(predictions)],
+        options=[_option(p, current, i in tied, gpu_slots, table) for i, p in enumerate(predictions)],
         current_error=current_error, recommended=choice.index if recommend and choice is not None else None,
         summary=refused if refused is not None and not forced else (choice.summary if choice is not None else ""),
         refused=refused, error_bound=error_bound, forced=forced,
+        classes=dict(classes.targets) if classes is not None else {},
+        actual_classes=dict(classes.actual) if classes is not None else {},
+        cpu_classes=classes.cpu_classes if classes is not None and recommend else None,
+        cpu_verdict=classes.verdict if classes is not None and recommend else "",
     )

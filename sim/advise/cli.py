@@ -2,9 +2,11 @@
 
 Registered through the ``syshax.commands`` entry point. The steps are the modules of this
 package: read the window (:mod:`~sim.advise.daemon`, :mod:`~sim.advise.window`), list the
-options (:mod:`~sim.advise.options`), replay each (:mod:`~sim.advise.predict`), choose
-(:mod:`~sim.advise.choose`) and show (:mod:`~sim.advise.table`). The advice is always sent
-to the daemon (``POST /v1/advice``) so the console shows it.
+options (:mod:`~sim.advise.options`), replay each (:mod:`~sim.advise.predict`), with more
+than one service class also the best settings with the CPU for some classes only
+(:mod:`~sim.advise.verdict`), choose (:mod:`~sim.advise.choose`), say which class the CPU
+should serve (:mod:`~sim.advise.verdict`) and show (:mod:`~sim.advise.table`). The advice is
+always sent to the daemon (``POST /v1/advice``) so the console shows it.
 """
 
 from __future__ import annotations
@@ -12,18 +14,19 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.advise import check, choose, daemon, options, predict, table, window
+from sim.advise import check, choose, daemon, levels, options, predict, table, verdict, window
 from sim.calibrate.identity import PROBE_ID_PREFIX
 from syshaxd.cli import CommandError, UsageError
 from syshaxd.cli.control import ControlClient, connect
 from syshaxd.routing import Limits
 from syshaxd.schema import AdviceModel, StateModel
 
-__all__ = ["REFUSED", "register", "run"]
+__all__ = ["REFUSED", "register", "replay_and_choose", "run"]
 
 #: The exit code when advise recommends nothing (its self-check failed; see sim.advise.check).
 REFUSED = 3
@@ -112,10 +115,12 @@ def _apply(client: ControlClient, advice: AdviceModel, console: Console) -> None
                   + " (not saved: `syshax save` keeps it across restarts)")
 
 
-def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Window, StateModel]:
+def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Window, StateModel, levels.ClassTable]:
     if args.last is not None and args.last < 1:
         raise UsageError(f"--last must be at least 1, got {args.last}")
     records = daemon.fetch_records(client, args.last)
+    state = daemon.fetch_state(client)
+    classes = levels.class_table(state.config)
     # calibrate's probes measured an engine, they are not traffic (sim.calibrate.identity).
     traffic = [r for r in records if not r.request_id.startswith(PROBE_ID_PREFIX)]
     if len(traffic) < len(records):
@@ -123,10 +128,10 @@ def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Windo
                                    "left out")
     records = traffic
     try:
-        win = window.window_of(records)
+        win = window.window_of(records, classes)
     except ValueError as exc:
         raise CommandError(f"nothing to advise on: {exc}") from None
-    return win, daemon.fetch_state(client)
+    return win, state, classes
 
 
 def _refusal(actual: window.Measured, mine: window.Measured, misfits: list[str], bounds: check.Bounds) -> str | None:
@@ -152,6 +157,20 @@ def _basis(mine: window.Measured, actual: window.Measured) -> str:
             f"requests over {actual.span:,.0f} s")
 
 
+def replay_and_choose(win: window.Window, current: options.Setting, base: Limits, box: predict.Box, how: predict.Daemon,
+            first: predict.Prediction, classes: levels.ClassTable, basis: str, current_error: dict[str, float],
+            err: Console) -> tuple[list[predict.Prediction], choose.Choice, list[str], str]:
+    """Replay the grid (and, with classes, the CPU-for-some-classes variants); choose; the class verdict."""
+    settings = options.grid(current, base, box.gpu_slots(), len(win.classes))
+    rest = iter(_replay(win, [s for s in settings if s != current], base, box, how, err))
+    predictions = [first if s == current else next(rest) for s in settings]
+    extra = verdict.variants(predictions, current, list(win.classes), classes.allowed())
+    predictions += _replay(win, extra, base, box, how, err)
+    choice = choose.choose(predictions, current, win.span, current_error, basis, box.gpu_slots(), win.classes)
+    served, sentence = verdict.verdict(predictions, choice, win.classes, current)
+    return predictions, choice, served, sentence
+
+
 def run(args: argparse.Namespace) -> int:
     """Advise on the recorded window (see the module docstring); 3 when it recommends nothing."""
     # Tables are wide: keep them readable when the output goes to a file or a pipe.
@@ -160,13 +179,15 @@ def run(args: argparse.Namespace) -> int:
     bounds = check.Bounds(args.max_error, args.min_requests, args.min_seconds)
     client = connect(args)
     try:
-        win, state = _read(args, client)
+        win, state, classes = _read(args, client)
         facts = daemon.engine_facts(state)
         box, profiles = daemon.box_of(facts, args.gpu_profile, args.cpu_profile, args.speed)
         misfits = check.profile_problems(daemon.roles(facts),
                                          daemon.profiles_used(facts, box, args.gpu_profile, args.cpu_profile))
         running_policy, running = _running_limits(state)
-        base = options.base_limits(win.limits) if win.limits else running
+        # A record's limits carry its own class's targets: the decider's come from the running config.
+        base = replace(options.base_limits(win.limits), ttft_target=running.ttft_target,
+                       tpot_target=running.tpot_target) if win.limits else running
         current = options.current_setting(win.policy or running_policy, base)
         how = daemon.daemon_settings(state)
         actual = window.measure(win.outcomes, base.ttft_target, base.tpot_target)
@@ -178,24 +199,22 @@ def run(args: argparse.Namespace) -> int:
         if refused is not None and args.force:
             err.print(f"warning: --force: advising although {refused.removeprefix('advise recommends nothing: ')}")
         predictions: list[predict.Prediction] = [first]
-        choice = None
+        choice, served, sentence = None, None, ""
         if refused is None or args.force:
-            settings = options.grid(current, base, box.gpu_slots())
-            rest = iter(_replay(win, [s for s in settings if s != current], base, box, how, err))
-            predictions = [first if s == current else next(rest) for s in settings]
-            choice = choose.choose(predictions, current, actual.span, current_error, _basis(mine, actual),
-                                   box.gpu_slots())
+            predictions, choice, served, sentence = replay_and_choose(win, current, base, box, how, first, classes,
+                                                            _basis(mine, actual), current_error, err)
+        about = choose.Classes(classes.raw, win.classes,
+                               window.measure_classes(win.outcomes, base.ttft_target, base.tpot_target), served,
+                               sentence)
         advice = choose.advice(predictions, current, actual, choice, profiles, current_error, refused=refused,
                                error_bound=bounds.max_error, forced=refused is not None and args.force,
-                               gpu_slots=box.gpu_slots())
+                               gpu_slots=box.gpu_slots(), classes=about)
         daemon.post_advice(client, advice)
         if args.json:
             print(advice.model_dump_json(indent=2))
         else:
-            out.print(table.options_table(advice))
-            out.print(table.error_table(mine, actual, current_error, bounds.max_error))
-            _notes(win, current, options.current_setting(running_policy, running), box, out)
-            out.print(advice.summary, soft_wrap=True)
+            _show(advice, win, current, options.current_setting(running_policy, running), box, mine, actual,
+                  bounds, out)
         if args.apply:
             _apply(client, advice, err if args.json else out)
     finally:
@@ -203,9 +222,25 @@ def run(args: argparse.Namespace) -> int:
     return REFUSED if advice.recommended is None else 0
 
 
+def _show(advice: AdviceModel, win: window.Window, current: options.Setting, running: options.Setting,
+          box: predict.Box, mine: window.Measured, actual: window.Measured, bounds: check.Bounds,
+          out: Console) -> None:
+    out.print(table.options_table(advice))
+    if len(advice.classes) > 1:
+        out.print(table.classes_table(advice))
+    out.print(table.error_table(mine, actual, advice.current_error, bounds.max_error))
+    _notes(win, current, running, box, out)
+    out.print(advice.summary, soft_wrap=True)
+    if advice.cpu_verdict:
+        out.print(advice.cpu_verdict, soft_wrap=True)
+
+
 def _notes(win: window.Window, current: options.Setting, running: options.Setting, box: predict.Box,
            console: Console) -> None:
     speed, slots = box.speed, box.gpu_slots()
+    if win.unknown_classes:
+        console.print(f"note: the class table no longer has {', '.join(win.unknown_classes)}: replayed at priority 0 "
+                      "with the targets its records carry")
     if win.settings_seen > 1:
         console.print(f"note: the window ran under {win.settings_seen} settings; the error compares the last")
     if running != current:

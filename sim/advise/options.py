@@ -8,6 +8,11 @@ the current and twice the current value, auto-PD off and on, the GPU batch limit
 and each once more with the other GPU batch limit (the GPU engine's own slots when the
 limit is unset, unset when it is set), the CPU limit as it is, auto-PD off. The current
 setting is always one of the options, even under a policy outside the grid.
+
+With more than one service class in the window, ``gpu-priority`` (strict priority on the GPU
+alone) joins ``gpu-only`` as a setting without the CPU, and a setting may also say which
+classes the CPU serves (``cpu_flags``: the ``cpu`` flag of each class of the window in
+``service.classes``); :mod:`sim.advise.verdict` adds those variants of the best settings.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ from typing import Any
 
 from syshaxd.routing import Limits
 
-__all__ = ["GRID_POLICIES", "Setting", "base_limits", "current_setting", "grid", "other_gpu_batch"]
+__all__ = ["GPU_ALONE", "GRID_POLICIES", "Setting", "base_limits", "current_setting", "grid", "other_gpu_batch"]
 
 #: The policies advise compares, simplest first (ties go to the simpler).
 GRID_POLICIES: tuple[str, ...] = ("gpu-only", "classic", "adaptive")
+#: The policies that never use the CPU, simplest first.
+GPU_ALONE: tuple[str, ...] = ("gpu-only", "gpu-priority")
+_RANK: tuple[str, ...] = ("gpu-only", "gpu-priority", "classic", "adaptive")
 #: The CPU batch limit tried when the current one is 0 (the CPU unused): the shipped default.
 DEFAULT_CPU_BATCH = 20
 
@@ -34,19 +42,41 @@ class Setting:
     gpu_max_batch_size: int | None = None
     cpu_max_batch_size: int | None = None
     auto_pd_offload: bool | None = None
+    #: Whether the CPU may serve each class of the window, by name, sorted (None: as the
+    #: class table has it now; a class not named keeps the table's flag).
+    cpu_flags: tuple[tuple[str, bool], ...] | None = None
 
     @property
     def uses_cpu(self) -> bool:
         """Whether the policy may send work to the CPU at all."""
-        return self.policy != "gpu-only" and self.cpu_max_batch_size != 0
+        return (self.policy not in GPU_ALONE and self.cpu_max_batch_size != 0
+                and (self.cpu_flags is None or any(on for _, on in self.cpu_flags)))
 
-    def settings(self) -> dict[str, Any]:
-        """The dotted runtime keys and values of ``PATCH /v1/config``."""
+    def cpu_allows(self, name: str) -> bool | None:
+        """Whether this setting lets the CPU serve class ``name`` (None: as the class table has it)."""
+        return None if self.cpu_flags is None else dict(self.cpu_flags).get(name)
+
+    def settings(self, classes: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
+        """The dotted runtime keys and values of ``PATCH /v1/config``.
+
+        Args:
+            classes: the class table as the daemon shows it (``service.classes``); a setting
+                with ``cpu_flags`` sends it whole with those classes' ``cpu`` flags set.
+
+        Raises:
+            ValueError: a setting with ``cpu_flags`` and no table.
+        """
         out: dict[str, Any] = {"decider.policy": self.policy}
-        if self.policy != "gpu-only":
+        if self.policy not in GPU_ALONE:
             out["decider.gpu_max_batch_size"] = self.gpu_max_batch_size
             out["decider.cpu_max_batch_size"] = self.cpu_max_batch_size
             out["decider.auto_pd_offload"] = self.auto_pd_offload
+        if self.cpu_flags is not None:
+            if classes is None:
+                raise ValueError("a setting of which classes the CPU serves needs the class table")
+            flags = dict(self.cpu_flags)
+            out["service.classes"] = {name: {**spec, "cpu": flags.get(name, spec.get("cpu", True))}
+                                      for name, spec in classes.items()}
         return out
 
     def label(self, gpu_slots: int | None = None) -> str:
@@ -56,8 +86,8 @@ class Setting:
         engine really runs: ``gpu batch 8 (engine's)`` when no limit is set, ``gpu batch 64
         (engine runs 8)`` when the limit is above what the engine can run.
         """
-        if self.policy == "gpu-only":
-            return "gpu-only"
+        if self.policy in GPU_ALONE:
+            return self.policy
         limit = self.gpu_max_batch_size
         if gpu_slots is None:
             gpu = "unset" if limit is None else str(limit)
@@ -67,12 +97,15 @@ class Setting:
             gpu = f"{limit} (engine runs {gpu_slots})"
         else:
             gpu = str(limit)
-        return (f"{self.policy}, gpu batch {gpu}, cpu batch {self.cpu_max_batch_size}, "
+        text = (f"{self.policy}, gpu batch {gpu}, cpu batch {self.cpu_max_batch_size}, "
                 f"auto-PD {'on' if self.auto_pd_offload else 'off'}")
+        if self.cpu_flags is not None:
+            text += f", CPU for {' and '.join(n for n, on in self.cpu_flags if on) or 'no class'} only"
+        return text
 
     def limits(self, base: Limits) -> Limits:
         """``base`` with this setting's limits."""
-        if self.policy == "gpu-only":
+        if self.policy in GPU_ALONE:
             return base
         return replace(base, gpu_max_batch_size=self.gpu_max_batch_size,
                        cpu_max_batch_size=base.cpu_max_batch_size if self.cpu_max_batch_size is None
@@ -80,10 +113,12 @@ class Setting:
                        auto_pd_offload=bool(self.auto_pd_offload))
 
     def simplicity(self, current: Setting) -> tuple[int, int, int]:
-        """Sort key, smaller is simpler: the policy, auto-PD, how many keys differ from ``current``."""
-        rank = GRID_POLICIES.index(self.policy) if self.policy in GRID_POLICIES else len(GRID_POLICIES)
-        mine, theirs = self.settings(), current.settings()
+        """Sort key, smaller is simpler: the policy, auto-PD, how many keys differ from ``current``
+        (the class table's flags count as one)."""
+        rank = _RANK.index(self.policy) if self.policy in _RANK else len(_RANK)
+        mine, theirs = replace(self, cpu_flags=None).settings(), replace(current, cpu_flags=None).settings()
         changed = sum(1 for key, value in mine.items() if key not in theirs or theirs[key] != value)
+        changed += int(self.cpu_flags != current.cpu_flags)
         return rank, int(bool(self.auto_pd_offload)), changed
 
 
@@ -95,8 +130,8 @@ def base_limits(recorded: Mapping[str, Any]) -> Limits:
 
 def current_setting(policy: str, limits: Limits) -> Setting:
     """The setting a daemon ran under, as an option."""
-    if policy == "gpu-only":
-        return Setting("gpu-only")
+    if policy in GPU_ALONE:
+        return Setting(policy)
     return Setting(policy, limits.gpu_max_batch_size, limits.cpu_max_batch_size, limits.auto_pd_offload)
 
 
@@ -110,13 +145,14 @@ def other_gpu_batch(current: int | None, gpu_slots: int) -> int | None:
     return gpu_slots if current is None else None
 
 
-def grid(current: Setting, limits: Limits, gpu_slots: int) -> list[Setting]:
+def grid(current: Setting, limits: Limits, gpu_slots: int, classes: int = 1) -> list[Setting]:
     """The options to replay: the grid plus the current setting, each once, simplest first.
 
     Args:
         gpu_slots: sequences the GPU engine runs at once (its profile's ``max_num_seqs``).
+        classes: how many service classes the window holds (more than one: ``gpu-priority`` too).
     """
-    out = [Setting("gpu-only")]
+    out = [Setting("gpu-only")] + ([Setting("gpu-priority")] if classes > 1 else [])
     gpu, cpu_now = limits.gpu_max_batch_size, limits.cpu_max_batch_size
     for policy in GRID_POLICIES[1:]:
         for pd in (False, True):

@@ -5,21 +5,24 @@ clock, so the daemon in front of it saw every duration divided by S and every ra
 The replay runs on the profile's own clock: arrivals, the daemon's scrape interval and its
 time targets are multiplied by S (rate thresholds divided by S, the CPU token limit's
 tokens/s multiplier multiplied by S), and what comes out is divided back. Real engines run
-at S = 1.
+at S = 1. Each request runs in its recorded class at its own targets (:mod:`sim.advise.levels`),
+scaled the same way, with the CPU allowed for the classes the setting says (``cpu_flags``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
+from sim.advise.levels import replayed
 from sim.advise.options import Setting
-from sim.advise.window import Measured, Outcome, Window, measure
+from sim.advise.window import REFUSED, Measured, Outcome, Window, measure, measure_classes
 from sim.profile import Profile
 from sim.runner import EngineSpec, RunOptions, run
 from sim.traces import TraceRequest
 from syshaxd.engines.rates import LATENCY_WINDOW, RATE_WINDOW
-from syshaxd.routing import Limits
+from syshaxd.routing import Limits, ServiceLevel
+from syshaxd.schema import AdviceClass
 from syshaxd.snapshot import Device
 
 __all__ = ["Box", "Daemon", "Prediction", "predict"]
@@ -57,6 +60,7 @@ class Prediction:
     setting: Setting
     measured: Measured
     decisions: dict[str, int]
+    classes: dict[str, AdviceClass] = field(default_factory=dict)  # per service class
 
 
 def _virtual_limits(limits: Limits, speed: float) -> Limits:
@@ -81,7 +85,14 @@ def predict(window: Window, setting: Setting, base: Limits, box: Box, daemon: Da
     """
     s = box.speed
     limits = setting.limits(base)
-    trace: Sequence[TraceRequest] = [replace(r, arrival=r.arrival * s) for r in window.trace]
+    levels: dict[ServiceLevel, ServiceLevel] = {}
+
+    def level(recorded: ServiceLevel) -> ServiceLevel:
+        if recorded not in levels:
+            levels[recorded] = replayed(recorded, s, setting.cpu_allows(recorded.name))
+        return levels[recorded]
+
+    trace: Sequence[TraceRequest] = [replace(r, arrival=r.arrival * s, level=level(r.level)) for r in window.trace]
     result = run(trace, box.specs(), setting.policy, _virtual_limits(limits, s),
                  _options(daemon, s, limits), progress)
 
@@ -90,7 +101,10 @@ def predict(window: Window, setting: Setting, base: Limits, box: Box, daemon: Da
 
     outcomes = [
         Outcome(arrival=r.arrival / s, ok=r.outcome == "ok", ttft=wall(r.ttft), tpot=wall(r.tpot), e2e=wall(r.e2e),
-                output_tokens=r.output_tokens, cpu=r.cpu_tokens > 0)
-        for r in sorted(result.requests, key=lambda r: r.index)
+                output_tokens=r.output_tokens, cpu=r.cpu_tokens > 0, level=r.level, ttft_target=was.ttft_target,
+                tpot_target=was.tpot_target, route="" if r.route == "none" or r.outcome in REFUSED else r.route,
+                refused=r.outcome in REFUSED)
+        for r, was in zip(sorted(result.requests, key=lambda r: r.index), window.outcomes, strict=True)
     ]
-    return Prediction(setting, measure(outcomes, limits.ttft_target, limits.tpot_target), dict(result.decisions))
+    return Prediction(setting, measure(outcomes, limits.ttft_target, limits.tpot_target), dict(result.decisions),
+                      measure_classes(outcomes, limits.ttft_target, limits.tpot_target))

@@ -1,4 +1,5 @@
-"""The advice for people: a rich table of the options, the current setting's self-check, the verdict.
+"""The advice for people: a rich table of the options, one per class and option, the current
+setting's self-check, the verdict.
 
 Durations read in milliseconds below a second (:func:`syshaxd.schema.duration`), figures by the names
 an operator reads (TTFT p99, output tokens/s).
@@ -14,9 +15,9 @@ from rich.text import Text
 from sim.advise import check
 from sim.advise.check import CHECKED
 from sim.advise.window import Measured
-from syshaxd.schema import AdviceModel, duration
+from syshaxd.schema import AdviceClass, AdviceModel, duration
 
-__all__ = ["error_table", "options_table"]
+__all__ = ["classes_table", "error_table", "options_table"]
 
 
 def options_table(advice: AdviceModel) -> Table:
@@ -36,6 +37,40 @@ def options_table(advice: AdviceModel) -> Table:
                       duration(o.tpot_p99), "-" if o.output_tps is None else f"{o.output_tps:,.1f}",
                       f"{o.cpu_share:.0%}")
     table.caption = "* current setting   -> recommended   == tied with it (apart by less than advise's own error)"
+    return table
+
+
+def _class_cells(c: AdviceClass, target: str) -> list[str]:
+    return [str(c.requests), str(c.met), f"{c.goodput:,.3f}", f"{duration(c.ttft_p99)}{target}", str(c.refused),
+            f"{c.gpu_share:.0%}", f"{c.cpu_share:.0%}", f"{c.split_share:.0%}"]
+
+
+def classes_table(advice: AdviceModel) -> Table:
+    """Per option and service class, each request judged at its own targets: requests, those
+    meeting them, goodput, TTFT p99 against the class's target, refusals, and where the
+    completed ones ran (GPU, CPU, split); what really happened first."""
+    table = Table(title="per service class (each request judged at its own targets)")
+    table.add_column("", no_wrap=True)
+    table.add_column("setting")
+    table.add_column("class")
+    for name in ("requests", "met", "goodput req/s", "TTFT p99 (target)", "refused", "GPU", "CPU", "split"):
+        table.add_column(name, justify="right")
+    order = sorted(advice.classes, key=lambda n: (advice.classes[n].priority, n))
+    targets = {n: f" ({duration(advice.classes[n].ttft)})" if advice.classes[n].ttft is not None else ""
+               for n in order}
+    for name in order:
+        if name in advice.actual_classes:
+            table.add_row("", Text("what happened", style="dim") if name == order[0] else "", name,
+                          *_class_cells(advice.actual_classes[name], targets[name]))
+    for i, o in enumerate(advice.options):
+        mark = "->" if i == advice.recommended else ("==" if o.tied else "  ")
+        style = "bold green" if i == advice.recommended else ("bold" if o.current else "")
+        for k, name in enumerate(n for n in order if n in o.classes):
+            first = k == 0
+            table.add_row((("* " if o.current else "  ") + mark) if first else "",
+                          Text(o.label, style=style) if first else "", name,
+                          *_class_cells(o.classes[name], targets[name]), end_section=k == len(o.classes) - 1)
+    table.caption = "GPU / CPU / split: where the completed requests ran (split: GPU prefill, CPU decode)"
     return table
 
 
