@@ -33,7 +33,8 @@ from sim.advise.predict import Prediction
 from sim.advise.window import Measured
 from syshaxd.schema import AdviceClass, AdviceClassTargets, AdviceModel, AdviceOption, duration
 
-__all__ = ["NOISE_REQUESTS", "NOISE_SHARE", "Choice", "advice", "choose", "noise"]
+__all__ = ["NOISE_REQUESTS", "NOISE_SHARE", "Choice", "Classes", "advice", "by_priority", "choose", "gpu_alone",
+           "gpu_name", "margin", "noise"]
 
 NOISE_SHARE = 0.05
 NOISE_REQUESTS = 2
@@ -52,6 +53,11 @@ class Choice:
 def noise(goodput: float, span: float) -> float:
     """How much two predicted goodputs may differ and still count as equal (requests/s)."""
     return max(NOISE_SHARE * goodput, NOISE_REQUESTS / span if span > 0 else 0.0)
+
+
+def margin(goodput: float, span: float, error: Mapping[str, float]) -> float:
+    """How far below ``goodput`` another goodput still ties with it: noise, or advise's own error."""
+    return max(noise(goodput, span), abs(error.get("goodput", 0.0)) * goodput)
 
 
 def _meets_all(m: Measured) -> bool:
@@ -78,8 +84,7 @@ def _best(predictions: Sequence[Prediction], span: float, error: Mapping[str, fl
     """The options no other beats by more than the error: on goodput (then, with classes, on
     each class's requests meeting their targets), then on TTFT p99 (with classes, the first class's)."""
     best = max(p.measured.goodput for p in predictions)
-    margin = max(noise(best, span), abs(error.get("goodput", 0.0)) * best)
-    tied = [i for i, p in enumerate(predictions) if p.measured.goodput >= best - margin]
+    tied = [i for i, p in enumerate(predictions) if p.measured.goodput >= best - margin(best, span, error)]
     if len(order) > 1:
         tied = _by_class(predictions, tied, order)
     if not all(_meets_all(predictions[i].measured) for i in tied):

@@ -1,12 +1,11 @@
 """``syshax advise``: replay the daemon's recorded traffic under each setting and recommend one.
 
 Registered through the ``syshax.commands`` entry point. The steps are the modules of this
-package: read the window (:mod:`~sim.advise.daemon`, :mod:`~sim.advise.window`), list the
-options (:mod:`~sim.advise.options`), replay each (:mod:`~sim.advise.predict`), with more
-than one service class also the best settings with the CPU for some classes only
-(:mod:`~sim.advise.verdict`), choose (:mod:`~sim.advise.choose`), say which class the CPU
-should serve (:mod:`~sim.advise.verdict`) and show (:mod:`~sim.advise.table`). The advice is
-always sent to the daemon (``POST /v1/advice``) so the console shows it.
+package: read the window and the daemon's classes (:mod:`~sim.advise.daemon`,
+:mod:`~sim.advise.window`, :mod:`~sim.advise.levels`), advise on it (:mod:`~sim.advise.flow`:
+the self-check, the replays of :mod:`~sim.advise.predict`, the choice, which class the CPU
+should serve) and show it (:mod:`~sim.advise.table`). The advice is always sent to the daemon
+(``POST /v1/advice``) so the console shows it.
 """
 
 from __future__ import annotations
@@ -19,14 +18,14 @@ from dataclasses import replace
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from sim.advise import check, choose, daemon, levels, options, predict, table, verdict, window
+from sim.advise import check, daemon, flow, levels, options, predict, table, window
 from sim.calibrate.identity import PROBE_ID_PREFIX
 from syshaxd.cli import CommandError, UsageError
 from syshaxd.cli.control import ControlClient, connect
 from syshaxd.routing import Limits
 from syshaxd.schema import AdviceModel, StateModel
 
-__all__ = ["REFUSED", "register", "replay_and_choose", "run"]
+__all__ = ["REFUSED", "register", "run"]
 
 #: The exit code when advise recommends nothing (its self-check failed; see sim.advise.check).
 REFUSED = 3
@@ -134,43 +133,6 @@ def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Windo
     return win, state, classes
 
 
-def _refusal(actual: window.Measured, mine: window.Measured, misfits: list[str], bounds: check.Bounds) -> str | None:
-    """Why advise recommends nothing, in one sentence, or None (see :mod:`sim.advise.check`)."""
-    if misfits:
-        return (f"advise recommends nothing: the profiles are not of these engines ({'; '.join(misfits)}), so "
-                "its replay says nothing about them: calibrate each engine (`syshax calibrate`) and pass its file.")
-    thin = check.window_problem(actual, bounds)
-    if thin is not None:
-        return f"advise recommends nothing: {thin}."
-    over = check.over_bound(mine, actual, bounds.max_error)
-    if over:
-        return (f"advise recommends nothing: its replay of the current setting misses what happened by more than "
-                f"its {bounds.max_error:.0%} bound ({', '.join(over)}), so its predictions for other settings "
-                "cannot be trusted either (calibrate the engines on a quiet machine, or record a calmer window).")
-    return None
-
-
-def _basis(mine: window.Measured, actual: window.Measured) -> str:
-    judged = check.judged(mine, actual)
-    worst = max((abs(v) for v in judged.values()), default=0.0)
-    return (f"its replay of the current setting is within {worst:.0%} of what happened on {actual.requests} "
-            f"requests over {actual.span:,.0f} s")
-
-
-def replay_and_choose(win: window.Window, current: options.Setting, base: Limits, box: predict.Box, how: predict.Daemon,
-            first: predict.Prediction, classes: levels.ClassTable, basis: str, current_error: dict[str, float],
-            err: Console) -> tuple[list[predict.Prediction], choose.Choice, list[str], str]:
-    """Replay the grid (and, with classes, the CPU-for-some-classes variants); choose; the class verdict."""
-    settings = options.grid(current, base, box.gpu_slots(), len(win.classes))
-    rest = iter(_replay(win, [s for s in settings if s != current], base, box, how, err))
-    predictions = [first if s == current else next(rest) for s in settings]
-    extra = verdict.variants(predictions, current, list(win.classes), classes.allowed())
-    predictions += _replay(win, extra, base, box, how, err)
-    choice = choose.choose(predictions, current, win.span, current_error, basis, box.gpu_slots(), win.classes)
-    served, sentence = verdict.verdict(predictions, choice, win.classes, current)
-    return predictions, choice, served, sentence
-
-
 def run(args: argparse.Namespace) -> int:
     """Advise on the recorded window (see the module docstring); 3 when it recommends nothing."""
     # Tables are wide: keep them readable when the output goes to a file or a pipe.
@@ -190,31 +152,15 @@ def run(args: argparse.Namespace) -> int:
                        tpot_target=running.tpot_target) if win.limits else running
         current = options.current_setting(win.policy or running_policy, base)
         how = daemon.daemon_settings(state)
-        actual = window.measure(win.outcomes, base.ttft_target, base.tpot_target)
-        # The self-check first: the current setting replayed against what happened.
-        first = _replay(win, [current], base, box, how, err)[0]
-        mine = first.measured
-        current_error = check.errors(mine, actual)
-        refused = _refusal(actual, mine, misfits, bounds)
-        if refused is not None and args.force:
-            err.print(f"warning: --force: advising although {refused.removeprefix('advise recommends nothing: ')}")
-        predictions: list[predict.Prediction] = [first]
-        choice, served, sentence = None, None, ""
-        if refused is None or args.force:
-            predictions, choice, served, sentence = replay_and_choose(win, current, base, box, how, first, classes,
-                                                            _basis(mine, actual), current_error, err)
-        about = choose.Classes(classes.raw, win.classes,
-                               window.measure_classes(win.outcomes, base.ttft_target, base.tpot_target), served,
-                               sentence)
-        advice = choose.advice(predictions, current, actual, choice, profiles, current_error, refused=refused,
-                               error_bound=bounds.max_error, forced=refused is not None and args.force,
-                               gpu_slots=box.gpu_slots(), classes=about)
+        case = flow.Case(win, classes, base, current, box.gpu_slots(), profiles, misfits)
+        done = flow.advise(case, bounds, lambda settings: _replay(win, settings, base, box, how, err),
+                           force=args.force, warn=lambda text: err.print(f"warning: {text}"))
+        advice = done.advice
         daemon.post_advice(client, advice)
         if args.json:
             print(advice.model_dump_json(indent=2))
         else:
-            _show(advice, win, current, options.current_setting(running_policy, running), box, mine, actual,
-                  bounds, out)
+            _show(done, win, current, options.current_setting(running_policy, running), box, bounds, out)
         if args.apply:
             _apply(client, advice, err if args.json else out)
     finally:
@@ -222,13 +168,13 @@ def run(args: argparse.Namespace) -> int:
     return REFUSED if advice.recommended is None else 0
 
 
-def _show(advice: AdviceModel, win: window.Window, current: options.Setting, running: options.Setting,
-          box: predict.Box, mine: window.Measured, actual: window.Measured, bounds: check.Bounds,
-          out: Console) -> None:
+def _show(done: flow.Advised, win: window.Window, current: options.Setting, running: options.Setting,
+          box: predict.Box, bounds: check.Bounds, out: Console) -> None:
+    advice = done.advice
     out.print(table.options_table(advice))
     if len(advice.classes) > 1:
         out.print(table.classes_table(advice))
-    out.print(table.error_table(mine, actual, advice.current_error, bounds.max_error))
+    out.print(table.error_table(done.mine, done.actual, advice.current_error, bounds.max_error))
     _notes(win, current, running, box, out)
     out.print(advice.summary, soft_wrap=True)
     if advice.cpu_verdict:

@@ -2,14 +2,18 @@
 
 With more than one class in the window, advise replays, besides the grid, the best setting of
 each policy that uses the CPU with the CPU allowed for only some of the window's classes
-(:func:`variants`: each class alone, all but each, and all of them when the table keeps one
-off now; the ``cpu`` flag of ``service.classes``, which every policy honours). The ranking
-(:mod:`sim.advise.choose`) then picks among all of them, and the recommended option says which
-classes the CPU serves: those of which at least :data:`SERVES` of the completed requests ran
-there, whole or split (:func:`verdict`). The sentence gives each such class's figures against
-its own targets, what the GPU keeps, and the gain over the best setting on the GPU alone; when
-the CPU should serve no class, why: the best setting on the GPU alone and, class by class,
-the best that put the class on the CPU. With one class in the window, it says so first.
+(:func:`variants`, of the grid's pick too: each class alone, all but each, and all of them
+when the table keeps one off now; the ``cpu`` flag of ``service.classes``, which every policy honours). The ranking
+(:mod:`sim.advise.choose`) then picks among all of them. Under the recommended option the CPU
+serves a class when at least :data:`SERVES` of its completed requests ran there, whole or
+split; the verdict (:func:`verdict`) names those the option cannot do without: kept off the
+CPU (the same setting with the class's flag false, or the GPU alone), its goodput falls by
+more than advise's own error. When the CPU adds as much whichever class it serves, it names
+the class that can wait most (the highest priority number). A class that goes to the CPU
+without mattering is named as such. The sentence gives each class's figures against its own targets, what the GPU keeps,
+and the gain over the best setting on the GPU alone; when the CPU should serve no class, why:
+the best setting on the GPU alone and, class by class, the best that put the class on the
+CPU. With one class in the window, it says so first.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from sim.advise.choose import Choice, by_priority, gpu_alone, gpu_name
+from sim.advise.choose import Choice, by_priority, gpu_alone, gpu_name, margin
 from sim.advise.options import Setting
 from sim.advise.predict import Prediction
 from syshaxd.schema import AdviceClass, AdviceClassTargets, duration
@@ -41,8 +45,9 @@ def _best_of(predictions: Sequence[Prediction], policy: str, current: Setting) -
 
 
 def variants(predictions: Sequence[Prediction], current: Setting, names: Sequence[str],
-             allowed: frozenset[str]) -> list[Setting]:
-    """The best setting of each CPU-using policy with the CPU for some of the window's classes only.
+             allowed: frozenset[str], also: Sequence[Setting] = ()) -> list[Setting]:
+    """The best setting of each CPU-using policy, and the settings ``also`` (the grid's pick),
+    with the CPU for some of the window's classes only.
 
     Args:
         names: the window's classes; allowed: the classes the table lets on the CPU now (a
@@ -54,10 +59,8 @@ def variants(predictions: Sequence[Prediction], current: Setting, names: Sequenc
     subsets = {frozenset({n}) for n in names} | {window - {n} for n in names} | {window}
     now = allowed & window
     out: list[Setting] = []
-    for policy in dict.fromkeys((*_POLICIES, current.policy)):
-        base = _best_of(predictions, policy, current)
-        if base is None:
-            continue
+    bases = [_best_of(predictions, policy, current) for policy in dict.fromkeys((*_POLICIES, current.policy))]
+    for base in dict.fromkeys(b for b in (*also, *bases) if b is not None and b.uses_cpu and b.cpu_flags is None):
         for chosen in sorted(subsets - {now}, key=lambda s: (len(s), sorted(s))):
             out.append(replace(base, cpu_flags=tuple((n, n in chosen) for n in sorted(window))))
     return out
@@ -110,18 +113,57 @@ def _why_none(predictions: Sequence[Prediction], g: Prediction, names: Sequence[
             f"{'; '.join(each)}")
 
 
+def _allowed(option: Prediction, names: Sequence[str], targets: Mapping[str, AdviceClassTargets]) -> set[str]:
+    """The window's classes ``option`` lets the CPU serve."""
+    out = set()
+    for n in names:
+        flag = option.setting.cpu_allows(n)
+        if flag if flag is not None else (targets[n].cpu if n in targets else True):
+            out.add(n)
+    return out
+
+
+def _needed(predictions: Sequence[Prediction], pick: Prediction, g: Prediction, there: Sequence[str],
+            targets: Mapping[str, AdviceClassTargets], span: float, error: Mapping[str, float]) -> list[str]:
+    """The classes of ``there`` the recommended option loses goodput without: kept off the CPU
+    (the same setting with its flag false, or the GPU alone when it is the last one), it falls
+    by more than advise's own error. A class whose variant was not replayed counts as needed."""
+    names = list(targets)
+    plain = replace(pick.setting, cpu_flags=None)
+    allowed = _allowed(pick, names, targets)
+    by_setting = {p.setting: p for p in predictions}
+    out = []
+    for name in there:
+        rest = allowed - {name}
+        without = by_setting.get(replace(plain, cpu_flags=tuple((n, n in rest) for n in sorted(names)))) if rest \
+            else g
+        if without is None or pick.measured.goodput - without.measured.goodput > margin(
+                pick.measured.goodput, span, error):
+            out.append(name)
+    return out
+
+
 def verdict(predictions: Sequence[Prediction], choice: Choice, targets: Mapping[str, AdviceClassTargets],
-            current: Setting) -> tuple[list[str], str]:
-    """The classes the CPU should serve (by priority, empty for none) and the sentence that says so."""
+            current: Setting, span: float = 0.0, error: Mapping[str, float] | None = None) -> tuple[list[str], str]:
+    """The classes the CPU should serve (by priority, empty for none) and the sentence that says so.
+
+    Args:
+        span: the window's length, error: the self-check's errors (what counts as a tie).
+    """
     names = by_priority(targets)
     pick = predictions[choice.index]
     g = pick if not choice.cpu_helps else predictions[gpu_alone(predictions, current)]
-    serve = [n for n in names if served(pick, n) > 0]
-    if not serve:
+    there = [n for n in names if served(pick, n) > 0]
+    if not there:
         why = _why_none(predictions, g, names, targets)
         if len(names) == 1:
             return [], f"All recorded traffic is {names[0]}, and the CPU should serve none of it here: {why}."
         return [], f"The CPU should serve no class here: {why}."
+    needed = _needed(predictions, pick, g, there, targets, span, error or {})
+    # The CPU adds goodput whichever class it serves: the class that can wait most is the one.
+    serve = needed or [max(there, key=lambda n: (targets[n].priority, n))]
+    either = "" if needed else (f" (the CPU adds as much whichever class it serves, and {serve[0]} is the one that "
+                                f"can wait)" if len(there) > 1 else "")
     gname = gpu_name(g.setting).split(" (")[0]
     total = (f"{pick.measured.goodput:.2f} requests/s within their targets in all, "
              f"{_gain(pick.measured.goodput, g.measured.goodput)} over {gname}, the best setting on the GPU alone")
@@ -130,13 +172,18 @@ def verdict(predictions: Sequence[Prediction], choice: Choice, targets: Mapping[
         return serve, (f"All recorded traffic is {n}: serve it on the CPU too ({served(pick, n):.0%} of it ran there, "
                        f"whole or split, in the replay of the recommended setting), where "
                        f"{_met(n, pick.classes[n], targets.get(n))}: {total}.")
-    there = "; ".join(f"{served(pick, n):.0%} of {n} runs there (whole or split) and "
-                      f"{_met(n, pick.classes[n], targets.get(n)).removeprefix(n + ' ')}" for n in serve)
-    rest = [n for n in names if n not in serve]
+    on = "; ".join(f"{served(pick, n):.0%} of {n} runs there (whole or split) and "
+                   f"{_met(n, pick.classes[n], targets.get(n)).removeprefix(n + ' ')}" for n in serve)
+    extra = [n for n in there if n not in serve]
+    if extra:
+        on += (f"; {_and(extra)} also {'runs' if len(extra) == 1 else 'run'} there ("
+               + ", ".join(f"{served(pick, n):.0%} of {n}" for n in extra)
+               + "), which moves goodput by less than advise's own error")
+    rest = [n for n in names if n not in there]
     left = ""
     if rest:
         kept = ", ".join(f"{pick.classes[n].met} of {pick.classes[n].requests} {n} requests" for n in rest)
         left = f", and the GPU is left to {_and(rest)} ({kept} within their targets)"
     off = [n for n in names if pick.setting.cpu_allows(n) is False]
     keep = f"; keep {_and(off)} off the CPU (cpu: false in service.classes)" if off else ""
-    return serve, f"Serve {_and(serve)} on the CPU: {there}{left}: {total}{keep}."
+    return serve, f"Serve {_and(serve)} on the CPU{either}: {on}{left}: {total}{keep}."
