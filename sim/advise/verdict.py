@@ -162,8 +162,9 @@ def verdict(predictions: Sequence[Prediction], choice: Choice, targets: Mapping[
     needed = _needed(predictions, pick, g, there, targets, span, error or {})
     # The CPU adds goodput whichever class it serves: the class that can wait most is the one.
     serve = needed or [max(there, key=lambda n: (targets[n].priority, n))]
-    either = "" if needed else (f" (the CPU adds as much whichever class it serves, and {serve[0]} is the one that "
-                                f"can wait)" if len(there) > 1 else "")
+    others = [n for n in names if n not in serve]
+    either = "" if needed or not others else (f" (it adds as much serving {_and(others)} instead, and {serve[0]} is "
+                                              f"the class that can wait)")
     gname = gpu_name(g.setting).split(" (")[0]
     total = (f"{pick.measured.goodput:.2f} requests/s within their targets in all, "
              f"{_gain(pick.measured.goodput, g.measured.goodput)} over {gname}, the best setting on the GPU alone")

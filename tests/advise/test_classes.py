@@ -12,9 +12,10 @@ from __future__ import annotations
 import pytest
 
 from sim.advise import levels
-from sim.advise.choose import choose
+from sim.advise.choose import Choice, choose
 from sim.advise.options import GPU_ALONE, Setting
 from sim.advise.predict import Prediction
+from sim.advise.verdict import verdict
 from sim.advise.window import Measured, Outcome, measure, measure_classes, window_of
 from syshaxd.routing import Limits
 from syshaxd.schema import (
@@ -51,7 +52,9 @@ def kunpeng() -> AdviceModel:
 
 def test_on_the_xeon_box_the_cpu_should_serve_batch_and_the_sentence_gives_its_figures(xeon: AdviceModel) -> None:
     assert xeon.cpu_classes == ["batch"]
-    assert xeon.cpu_verdict.startswith("Serve batch on the CPU: ")
+    # Here the CPU adds as much taking interactive work instead: batch is named as the class that can wait.
+    assert xeon.cpu_verdict.startswith("Serve batch on the CPU (it adds as much serving interactive instead, and "
+                                       "batch is the class that can wait): ")
     assert xeon.cpu_verdict.count(". ") == 0 and xeon.cpu_verdict.endswith(".")  # one sentence
     pick = xeon.options[xeon.recommended or 0]
     batch, chat = pick.classes["batch"], pick.classes["interactive"]
@@ -172,3 +175,35 @@ def test_options_tied_on_goodput_are_told_apart_by_the_class_that_runs_first() -
     targets = {"interactive": AdviceClassTargets(priority=0), "batch": AdviceClassTargets(priority=1)}
     assert choose(preds, adaptive, span=100.0).index == 1  # one class: the current setting wins the tie
     assert choose(preds, adaptive, span=100.0, classes=targets).index == 2  # interactive: 148 against 130
+
+
+def _placed(setting: Setting, goodput: float, batch_on_cpu: float) -> Prediction:
+    """All 150 interactive requests on the GPU within their targets, 50 batch ones of which a
+    share ran on the CPU, all within theirs."""
+    measured = Measured(requests=200, completed=200, span=100.0, goodput=goodput, throughput=2.0, output_tps=0.0,
+                        ttft_p50=0.1, ttft_p99=30.0, tpot_p99=0.1, cpu_share=0.1)
+    return Prediction(setting, measured, {}, {
+        "interactive": AdviceClass(requests=150, completed=150, met=150, ttft_p99=1.0, gpu_share=1.0),
+        "batch": AdviceClass(requests=50, completed=50, met=50, ttft_p99=12.0, gpu_share=1 - batch_on_cpu,
+                             split_share=batch_on_cpu)})
+
+
+@pytest.mark.parametrize(("chat_only", "says"), [
+    (1.2, "Serve batch on the CPU: 80% of batch runs there"),  # only batch on the CPU makes the gain
+    (1.99, "Serve batch on the CPU (it adds as much serving interactive instead, and batch is the class that can "
+           "wait): 80% of batch runs there"),
+])
+def test_the_verdict_names_the_class_the_setting_cannot_do_without_else_the_one_that_can_wait(
+        chat_only: float, says: str) -> None:
+    adaptive = Setting("adaptive", None, 20, False)
+    targets = {"interactive": AdviceClassTargets(ttft=5.0, tpot=0.2, priority=0),
+               "batch": AdviceClassTargets(ttft=60.0, tpot=1.0, priority=1)}
+    preds = [_placed(Setting("gpu-only"), 1.0, 0.0), _placed(Setting("gpu-priority"), 1.2, 0.0),
+             _placed(adaptive, 2.0, 0.8),
+             _placed(Setting("adaptive", None, 20, False, (("batch", True), ("interactive", False))), 2.0, 0.8),
+             _placed(Setting("adaptive", None, 20, False, (("batch", False), ("interactive", True))), chat_only, 0.0)]
+    served, sentence = verdict(preds, Choice(2, True, ""), targets, adaptive, span=100.0)
+    assert served == ["batch"]
+    assert sentence.startswith(says), sentence
+    assert sentence.endswith("2.00 requests/s within their targets in all, +67% over gpu-priority, the best setting "
+                             "on the GPU alone.")
