@@ -11,7 +11,15 @@ import pytest
 import yaml
 from pydantic import SecretStr
 
-from syshaxd.config import ConfigError, LoadedConfig, display_value, get_dotted, load_config, set_in_file, validate
+from syshaxd.config import (
+    ConfigError,
+    LoadedConfig,
+    display_value,
+    get_dotted,
+    load_config,
+    set_in_file,
+    validate,
+)
 from syshaxd.config.runtime import PatchError, RuntimeConfig
 from syshaxd.service.workers import bootstrap
 
