@@ -118,6 +118,7 @@ class RequestRecordModel(_Wire):
     #: "counted" (the deltas the client got); None when unknown.
     output_tokens_source: str | None = None
     prompt_tokens_source: str = "estimate"  # "usage", "timings", or "estimate" (syshaxd's own)
+    api_key_name: str | None = None  # the name of the API key it came with (never the secret); None: no keys
 
 
 class AdviceClass(_Wire):
