@@ -58,10 +58,10 @@ def classes_table(advice: AdviceModel) -> Table:
     order = sorted(advice.classes, key=lambda n: (advice.classes[n].priority, n))
     targets = {n: f" ({duration(advice.classes[n].ttft)})" if advice.classes[n].ttft is not None else ""
                for n in order}
-    for name in order:
-        if name in advice.actual_classes:
-            table.add_row("", Text("what happened", style="dim") if name == order[0] else "", name,
-                          *_class_cells(advice.actual_classes[name], targets[name]))
+    happened = [n for n in order if n in advice.actual_classes]
+    for name in happened:
+        table.add_row("", Text("what happened", style="dim") if name == happened[0] else "", name,
+                      *_class_cells(advice.actual_classes[name], targets[name]), end_section=name == happened[-1])
     for i, o in enumerate(advice.options):
         mark = "->" if i == advice.recommended else ("==" if o.tied else "  ")
         style = "bold green" if i == advice.recommended else ("bold" if o.current else "")
