@@ -43,9 +43,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "advise", help="replay the daemon's recorded traffic under each policy and setting; recommend one",
         description="Replay the requests the running daemon recorded through the virtual-time simulator under "
-        "gpu-only, classic and adaptive with a small grid of batch limits and auto-PD on/off; print each one's "
-        "predicted goodput, throughput, TTFT, TPOT and CPU share, the current setting's predicted-vs-actual "
-        "error on the same window, and a recommendation. It replays the current setting first and recommends "
+        "gpu-only, classic and adaptive with a small grid of batch limits and auto-PD on/off, each request in its "
+        "service class at its own targets (with several classes also gpu-priority and the CPU for some classes "
+        "only); print each one's predicted goodput, throughput, TTFT, TPOT and CPU share, per class too, the "
+        "current setting's predicted-vs-actual error on the same window, a recommendation, and which class the "
+        "CPU should serve. It replays the current setting first and recommends "
         "nothing (exit 3) when that replay misses what happened by more than --max-error, the window is too "
         "thin or short, or a profile is not of its engine. The advice is sent to the daemon for the console.")
     # After the subcommand too, as the daemon's own commands take it (SUPPRESS keeps a --config
@@ -110,8 +112,16 @@ def _apply(client: ControlClient, advice: AdviceModel, console: Console) -> None
         console.print(f"--apply: the daemon already runs {chosen.label}; nothing changed")
         return
     console.print(f"--apply: now {chosen.label}; changed "
-                  + ", ".join(f"{key} = {value}" for key, value in sorted(change.changed.items()))
+                  + ", ".join(_changed(key, value) for key, value in sorted(change.changed.items()))
                   + " (not saved: `syshax save` keeps it across restarts)")
+
+
+def _changed(key: str, value: object) -> str:
+    """``key = value``; the class table by the classes the CPU may serve."""
+    if key == "service.classes" and isinstance(value, dict):
+        on = [name for name, spec in value.items() if not isinstance(spec, dict) or spec.get("cpu", True)]
+        return f"service.classes (the CPU for {', '.join(on) or 'no class'})"
+    return f"{key} = {value}"
 
 
 def _read(args: argparse.Namespace, client: ControlClient) -> tuple[window.Window, StateModel, levels.ClassTable]:

@@ -103,6 +103,21 @@ def test_the_sentence_names_the_classes_the_cpu_should_serve(recorded: tuple[Sta
     assert kept.cpu_verdict == advice.cpu_verdict and kept.actual_classes == advice.actual_classes
 
 
+def test_the_daemon_takes_a_cpu_for_some_classes_option_as_advise_sends_it(recorded: tuple[Stack, AdviceModel]) -> None:
+    # What --apply sends for an option "CPU for batch only" (sim.advise.daemon.apply): one PATCH.
+    stack, advice = recorded
+    option = next(o for o in advice.options if o.label.endswith("CPU for batch only"))
+    transport = httpx.HTTPTransport(uds=str(stack.tmp / "run" / "control.sock"))
+    with httpx.Client(transport=transport, base_url="http://syshaxd", timeout=10) as control:
+        answer = control.patch("/v1/config", json=option.settings)
+        assert answer.status_code == 200, answer.text
+        config = control.get("/v1/state").raise_for_status().json()["config"]
+    table = config["service.classes"]
+    assert table["batch"]["cpu"] is True and table["interactive"]["cpu"] is False
+    assert table["sheddable"]["cpu"] is True and table["batch"]["ttft_ms"] == 60000  # the rest as it was
+    assert config["decider.policy"] == option.settings["decider.policy"]
+
+
 def _devices(stack: Stack, order: list[str]) -> dict[str, set[str]]:
     """Send one short request per class name in ``order``, one after another: where each class ran."""
     client = stack.openai()
