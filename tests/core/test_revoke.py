@@ -7,8 +7,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from sim.profile import load_profile
+from sim.runner import EngineSpec, RunOptions, VirtualConductor
+from sim.traces import TraceRequest
 from syshaxd.core import Outcome, Placement, Refusal, Scheduler, Ticket
-from syshaxd.routing import DEFAULT_LEVEL, Mode, Policy, ServiceLevel
+from syshaxd.routing import DEFAULT_LEVEL, Limits, Mode, Policy, ServiceLevel
 from tests.core.world import World, features, upto, view
 
 SHED = ServiceLevel("sheddable", priority=2, sheddable=True)
@@ -124,3 +127,21 @@ def test_an_engine_taken_in_place_of_a_failed_one_on_the_gpu_can_be_given_up() -
     assert d.arrive("b", 2.0) is None and d.revoked == {}
     assert d.arrive("c", 3.0) is None and list(d.revoked) == ["s"]
     assert _gpu(d)[0] == 0
+
+
+def test_the_runner_drops_a_request_taken_back_from_its_virtual_engine_and_counts_it_shed() -> None:
+    profile = load_profile("tiny")
+    engines = [EngineSpec("gpu0", "gpu", profile), EngineSpec("cpu0", "cpu", profile)]
+    # Long prompts: their prefill (~0.3 s on this engine) is still under way when the interactive
+    # requests come, 10 ms apart, to a line of one place.
+    trace = [TraceRequest(0.0, 1500, 20, level=SHED), TraceRequest(0.001, 1500, 20, level=SHED),
+             TraceRequest(0.01, 100, 20), TraceRequest(0.02, 100, 20)]
+    conductor = VirtualConductor(engines, "classic", Limits(gpu_max_batch_size=2, cpu_max_batch_size=0),
+                                 RunOptions(max_queue=1, startup_check=False))
+    result = conductor.run(trace)
+    fates = [(r.outcome, r.refusal, r.engines, r.output_tokens) for r in result.requests]
+    assert fates == [("ok", "", "gpu0", 20), ("rejected", "shed", "gpu0", 0), ("ok", "", "gpu0", 20),
+                     ("ok", "", "gpu0", 20)]
+    assert result.decisions["revoked"] == 1
+    assert conductor.engines["gpu0"].core.counters.finished.get("abort") == 1  # type: ignore[attr-defined]
+    assert result.summary.classes["sheddable"].refusals == {"shed": 1}
