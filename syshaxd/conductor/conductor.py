@@ -234,12 +234,10 @@ class Conductor:
 
     def _revoked(self, flight: BookedFlight, refusal: Refusal) -> None:
         """The core took back ``flight``'s GPU slot before its first byte: its client gets the refusal."""
-        level = flight.features.level.name
+        level, flight.refused = flight.features.level.name, refusal.reason
         self.books.stats.record_refusal(level, refusal.reason)
-        flight.refused = refusal.reason
-        engines = "+".join(flight.ticket.placement.engines) if flight.ticket.placement is not None else "-"
         log.info("request %s (class %s) gave up its slot on %s before its first byte: a request that is not "
-                 "sheddable needed room", flight.request_id, level, engines)
+                 "sheddable needed room", flight.request_id, level, flight.decision.engine if flight.decision else "-")
         flight.revoke(api_error(refusal, level))
 
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:

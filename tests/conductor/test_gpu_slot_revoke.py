@@ -78,30 +78,37 @@ def _saturable(make_stack: Callable[..., Stack], speed: float = 20.0) -> Stack:
 
 @pytest.fixture
 def stack(make_stack: Callable[..., Stack]) -> Iterator[Stack]:
-    # The GPU engine stands still (paused): what is placed there has no first token until the
-    # test lets it go.
     stack = _saturable(make_stack)
-    stack.faults(stack.gpu_url, paused=True)
     try:
         yield stack
     finally:
         stack.faults(stack.gpu_url, paused=False)
 
 
-def test_an_interactive_request_takes_the_gpu_slot_of_a_sheddable_one_before_its_first_token(stack: Stack) -> None:
+@pytest.mark.parametrize("idle", [0, 2], ids=["sent-after-a-connection-is-had", "sent-on-an-idle-connection"])
+def test_an_interactive_request_takes_the_gpu_slot_of_a_sheddable_one_before_its_first_token(
+        stack: Stack, idle: int) -> None:
     client = stack.openai(timeout=60)
+    # With idle connections to the GPU engine a request is sent from the admission's own call
+    # (no task); without, from the task that waits for a connection: both must be taken back.
+    warm = [Call(f"warm{i}").start(client) for i in range(idle)]
+    for call in warm:
+        call.join()
+        assert call.status == 200
+    gpu = stack.metric("syshax_decisions_total", device="gpu")
+    stack.faults(stack.gpu_url, paused=True)  # what is placed there has no first token until let go
     calls: list[Call] = []
     try:
         calls += [Call("shed-old", SHEDDABLE).start(client)]
-        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == 1)
+        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == gpu + 1)
         calls += [Call("shed-new", SHEDDABLE).start(client)]
-        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == 2)
+        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == gpu + 2)
         calls += [Call("chat-waits").start(client)]
         assert wait_until(lambda: stack.metric("syshax_queue_depth") == 1)
         assert stack.metric("syshax_class_refusals_total") == 0
         calls += [Call("chat-newcomer").start(client)]  # the line is full: a sheddable request gives up its slot
         calls[1].join()
-        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == 3)  # the head took it
+        assert wait_until(lambda: stack.metric("syshax_decisions_total", device="gpu") == gpu + 3)  # the head took it
         assert stack.metric("syshax_queue_depth") == 1  # and the newcomer waits in its place
         assert wait_until(lambda: _aborted(stack) == 1)  # the engine was told to stop it
     finally:
