@@ -80,6 +80,8 @@ class ParsedRequest:
     ask: ServiceAsk = NO_ASK
     #: The client's W3C trace context (``traceparent``, ``tracestate``), when it sent one.
     trace: tuple[tuple[str, str], ...] = ()
+    #: The name of the API key that authenticated it (never the secret); None without keys.
+    api_key_name: str | None = None
 
     @property
     def path(self) -> str:

@@ -112,13 +112,14 @@ def _priority(value: Any) -> int | None:
 
 
 def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK,
-                  trace: tuple[tuple[str, str], ...] = ()) -> ParsedRequest:
+                  trace: tuple[tuple[str, str], ...] = (), api_key_name: str | None = None) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
 
     ``ask`` is what the request's headers asked of its service level; the body's ``priority``
     joins it and leaves the body (the conductor forwards the class's priority to the engines
     only when ``service.forward_priority`` says so: an engine without priority scheduling
-    refuses the field). ``trace``: the client's W3C trace context headers.
+    refuses the field). ``trace``: the client's W3C trace context headers; ``api_key_name``: the
+    name of the key the guard let it in with.
 
     Raises:
         ApiError: 400 with a precise message for anything the engines could not serve.
@@ -185,4 +186,5 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         temperature=float(temperature) if temperature is not None else None,
         ask=ask,
         trace=trace,
+        api_key_name=api_key_name,
     )

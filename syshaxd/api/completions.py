@@ -98,7 +98,7 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
                 raise ApiError(405, f"{request.method} {request.path}: Method Not Allowed", code="405",
                                headers={"Allow": "POST"})
             _check_content_type(request.header(b"content-type"))
-            parsed = parse_request(request.body, kind, config, *asked(request))
+            parsed = parse_request(request.body, kind, config, *asked(request), api_key_name=request.api_key_name)
             return dispatcher.start(parsed, response, forced, request_id(request))
 
         return handle

@@ -278,7 +278,7 @@ class BookedFlight:
             ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
             ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu,
             output_source=tally.output_source, prompt_source=tally.prompt_source or "estimate", decode=tally.decode,
-            refused=self.refused)
+            api_key_name=parsed.api_key_name, refused=self.refused)
         self.host.books.records.add(record)
         self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
 
