@@ -119,6 +119,9 @@ class RequestRecordModel(_Wire):
     output_tokens_source: str | None = None
     prompt_tokens_source: str = "estimate"  # "usage", "timings", or "estimate" (syshaxd's own)
     api_key_name: str | None = None  # the name of the API key it came with (never the secret); None: no keys
+    #: The reason syshaxd refused it (its x-syshax-refused-reason: queue_full, shed, ...); a
+    #: request with a decision and ``shed`` gave up its GPU slot before its first byte.
+    refused: str | None = None
 
 
 class AdviceClass(_Wire):
