@@ -230,7 +230,7 @@ class Dispatcher(Generic[F]):
         """Asked to stream, answered as one body (see :mod:`syshaxd.conductor.assemble`)."""
         headers = {**headers, "X-Request-Id": flight.request_id}
         response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
-        counter = StreamCounter()  # the tokens' times as read here: where a streaming client sees them
+        counter = StreamCounter(flight.parsed.n)  # the tokens' times as read here: where a streaming client sees them
         try:
             flight.first_byte(up)  # this engine sends its headers with the first token
             data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat", counter),
