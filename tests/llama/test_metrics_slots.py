@@ -28,7 +28,8 @@ from tests.llama._util import (
 from tests.plugins.llama import LlamaFactory, LlamaStackFactory
 from tests.plugins.llama_targets import ENGINES, LLAMA_SERVER, SIM_SPEED, SIMULATOR, Target, run_on
 
-pytestmark = pytest.mark.llama
+# Counters, slots and disconnects are read from engines no other test has touched.
+pytestmark = [pytest.mark.llama, pytest.mark.fresh_target]
 
 CHAT = {"messages": [{"role": "user", "content": "Say something long."}]}
 

@@ -231,11 +231,14 @@ async def test_no_max_tokens_generates_until_the_slot_context_is_full(target: Ta
 # Through syshaxd a repeat may go to the other server, whose cache never saw the prompt.
 @run_on(*ENGINES)
 async def test_repeated_prompt_is_served_from_the_prompt_cache(target: Target) -> None:
-    body = {"messages": MESSAGES, "max_tokens": 2, **GREEDY}
+    # A prompt no other test sends: the module's tests share their engines.
+    body = {"messages": [{"role": "user", "content": "Which birds cache food for the winter?"}],
+            "max_tokens": 2, **GREEDY}
     async with target.http() as http:
         first = (await http.post("/v1/chat/completions", json=body)).json()
         second = (await http.post("/v1/chat/completions", json=body)).json()
     n_prompt = first["usage"]["prompt_tokens"]
-    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] == 0
+    # The first may reuse a chat template's head another test's prompt left in a slot, never the question.
+    assert first["usage"]["prompt_tokens_details"]["cached_tokens"] < n_prompt // 2
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt - 1
     assert second["timings"]["prompt_n"] == 1

@@ -17,6 +17,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,11 +171,11 @@ def llama_build() -> LlamaBuild:
     return resolve_build()
 
 
-@pytest.fixture
-def llama_factory(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
+@contextmanager
+def llama_servers(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
     """Start llama-servers on demand: `factory(slot_dir=, model=, n_parallel=, n_ctx=, extra_args=, slot_save=)`.
 
-    All stop at teardown. Servers started without a slot_dir share one fresh slot-save
+    All stop on the way out. Servers started without a slot_dir share one fresh slot-save
     directory, which is what the `llamacpp-slots` handoff needs.
     """
     work = Path(tempfile.mkdtemp(prefix="syshax-llama-"))
@@ -205,6 +206,13 @@ def llama_factory(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
         for server in servers:
             server.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def llama_factory(llama_build: LlamaBuild) -> Iterator[LlamaFactory]:
+    """:func:`llama_servers` for one test."""
+    with llama_servers(llama_build) as start:
+        yield start
 
 
 @pytest.fixture
@@ -370,11 +378,11 @@ def _wait_engines_up(stack: LlamaStack, timeout: float = 60.0) -> None:
 LlamaStackFactory = Callable[..., LlamaStack]
 
 
-@pytest.fixture
-def llama_stack(llama_build: LlamaBuild) -> Iterator[LlamaStackFactory]:
-    """Start syshaxd in front of two real llama-servers: `llama_stack(n_ctx=, config={...})`.
+@contextmanager
+def llama_stacks(llama_build: LlamaBuild) -> Iterator[LlamaStackFactory]:
+    """Start syshaxd in front of two real llama-servers: `start(n_ctx=, config={...})`.
 
-    Everything stops and the work directory is removed at teardown, also on failure.
+    Everything stops and the work directory is removed on the way out, also on failure.
     """
     work = Path(tempfile.mkdtemp(prefix="syshax-llama-stack-", dir="/tmp"))
     stacks: list[LlamaStack] = []
@@ -392,3 +400,10 @@ def llama_stack(llama_build: LlamaBuild) -> Iterator[LlamaStackFactory]:
         for stack in stacks:
             stack.stop()
         shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture
+def llama_stack(llama_build: LlamaBuild) -> Iterator[LlamaStackFactory]:
+    """:func:`llama_stacks` for one test."""
+    with llama_stacks(llama_build) as start:
+        yield start

@@ -20,6 +20,7 @@ the simulator is fixed, so the mark is removed then).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,14 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.plugins.llama import N_CTX, N_PARALLEL, LlamaFactory, LlamaServer, LlamaStackFactory
+from tests.plugins.llama import (
+    N_CTX,
+    N_PARALLEL,
+    LlamaBuild,
+    LlamaServer,
+    llama_servers,
+    llama_stacks,
+)
 
 #: The model name both the real server (``--alias``) and the simulator (``--served-model-name``) answer with.
 ALIAS = "twin"
@@ -91,25 +99,60 @@ def _server_target(server: LlamaServer) -> Target:
     return Target(LLAMA_SERVER, server.url, (server.url,), server.n_parallel, server.n_ctx, frozenset({ALIAS}))
 
 
-@pytest.fixture
-def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
-    """The place named by the test's parameter (see the module docstring); stopped at teardown."""
-    kind = request.param
+class _Targets:
+    """Targets started on first use and kept for a module (see :func:`target`)."""
+
+    def __init__(self, build: LlamaBuild, tmp: Path, stack: ExitStack) -> None:
+        self.build, self.tmp, self.stack = build, tmp, stack
+        self.started: dict[str, Target] = {}
+
+    def get(self, kind: str) -> Target:
+        if kind not in self.started:
+            self.started[kind] = self.stack.enter_context(start_target(kind, self.build, self.tmp / kind))
+        return self.started[kind]
+
+
+@contextmanager
+def start_target(kind: str, build: LlamaBuild, tmp: Path) -> Iterator[Target]:
+    """The place ``kind`` names (see the module docstring), stopped on the way out."""
     if kind == LLAMA_SERVER:
-        factory: LlamaFactory = request.getfixturevalue("llama_factory")
-        yield _server_target(factory(extra_args=("--alias", ALIAS)))
+        with llama_servers(build) as servers:
+            yield _server_target(servers(extra_args=("--alias", ALIAS)))
     elif kind == SIMULATOR:
         from sim.launch import start_engine
 
-        slots = tmp_path / "sim-slots"
-        slots.mkdir()
+        slots = tmp / "sim-slots"
+        slots.mkdir(parents=True)
         with start_engine("tiny", dialect="llamacpp", speed=SIM_SPEED, parallel=N_PARALLEL, ctx_size=N_CTX,
                           slot_save_path=slots, served_model_name=ALIAS) as (_, engine):
             yield Target(SIMULATOR, engine.url, (engine.url,), N_PARALLEL, N_CTX, frozenset({ALIAS}))
     elif kind == SYSHAXD:
-        stacks: LlamaStackFactory = request.getfixturevalue("llama_stack")
-        stack = stacks()
-        yield Target(SYSHAXD, stack.url, (stack.gpu.url, stack.cpu.url), N_PARALLEL, N_CTX,
-                     frozenset({"gpu-role", "cpu-role"}))
+        with llama_stacks(build) as stacks:
+            stack = stacks()
+            yield Target(SYSHAXD, stack.url, (stack.gpu.url, stack.cpu.url), N_PARALLEL, N_CTX,
+                         frozenset({"gpu-role", "cpu-role"}))
     else:
         raise ValueError(f"unknown target {kind!r}")
+
+
+@pytest.fixture(scope="module")
+def _module_targets(llama_build: LlamaBuild, tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Targets]:
+    with ExitStack() as stack:
+        yield _Targets(llama_build, tmp_path_factory.mktemp("targets"), stack)
+
+
+@pytest.fixture
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Target]:
+    """The place named by the test's parameter (see the module docstring).
+
+    A module's tests share one of each kind (a llama-server, a syshaxd pair takes seconds to
+    start): a test must not depend on what the others sent, so prompts a cache could have
+    seen are the test's own. A test (or module) marked ``fresh_target`` gets its own, stopped
+    at its teardown: slot and metrics tests, whose state the others would disturb.
+    """
+    kind = request.param
+    if request.node.get_closest_marker("fresh_target") is None:
+        yield request.getfixturevalue("_module_targets").get(kind)
+        return
+    with start_target(kind, request.getfixturevalue("llama_build"), tmp_path) as found:
+        yield found
