@@ -89,6 +89,8 @@ class ParsedRequest:
     n: int = 1  # choices asked for: the engine runs that many sequences
     #: Marked as a probe of ``syshax calibrate`` (:data:`PROBE_HEADER`): served, never recorded.
     probe: bool = False
+    #: The name of the API key that authenticated it (never the secret); None without keys.
+    api_key_name: str | None = None
 
     @property
     def path(self) -> str:

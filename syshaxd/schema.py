@@ -121,6 +121,7 @@ class RequestRecordModel(_Wire):
     #: The choices it asked for (``n``): output_tokens is their sum, at most choices x max_tokens;
     #: tpot is the longest choice's (they decode side by side).
     choices: int = 1
+    api_key_name: str | None = None  # the name of the API key it came with (never the secret); None: no keys
 
 
 class AdviceOption(_Wire):

@@ -15,6 +15,7 @@ _PLUGINS = [
     "tests.plugins.sim",
     "tests.plugins.daemon",
     "tests.plugins.llama",
+    "tests.plugins.llama_stack",
     "tests.plugins.llama_targets",
     "tests.plugins.stack",
     "tests.plugins.fake_vllm",

@@ -55,10 +55,10 @@ def create_info_app(conductor: Conductor, engines: Sequence[EngineClient],
 def _api_server(dispatcher: Dispatcher[Any], books: Books, config: Config, own: dict[str, Handler],
                 registry: CollectorRegistry | None = None) -> ApiServer:
     service = config.services.conductor
-    api_key = service.api_key.get_secret_value() if service.api_key else None
+    keys = {name: secret.get_secret_value() for name, secret in service.named_keys().items()}
     routes: dict[str, Handler] = completion_routes(dispatcher, config)
     routes.update({path: handler for path, handler in own.items() if path not in routes})
     open_paths = frozenset(path for path in own if not path.startswith("/v1/"))  # health, metrics, docs
     passthrough = passthrough_route(books, config.system.request_timeout)
-    return ApiServer(routes, Guard(api_key, open_paths), service.max_body_bytes, default=passthrough,
+    return ApiServer(routes, Guard(keys, open_paths), service.max_body_bytes, default=passthrough,
                      limits=service.limits, registry=registry)

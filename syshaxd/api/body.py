@@ -128,14 +128,16 @@ def _priority(value: Any) -> int | None:
 
 
 def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK,
-                  trace: tuple[tuple[str, str], ...] = (), probe: bool = False) -> ParsedRequest:
+                  trace: tuple[tuple[str, str], ...] = (), probe: bool = False,
+                  api_key_name: str | None = None) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
 
     ``ask`` is what the request's headers asked of its service level; the body's ``priority``
     joins it and leaves the body (the conductor forwards the class's priority to the engines
     only when ``service.forward_priority`` says so: an engine without priority scheduling
     refuses the field). ``trace``: the client's W3C trace context headers; ``probe``: the
-    request is marked as calibrate's probe.
+    request is marked as calibrate's probe; ``api_key_name``: the name of the key the guard let
+    it in with.
 
     Raises:
         ApiError: 400 with a precise message for anything the engines could not serve.
@@ -199,4 +201,5 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         trace=trace,
         n=n,
         probe=probe,
+        api_key_name=api_key_name,
     )

@@ -105,7 +105,7 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
             rid = request_id(request)
             # calibrate marks a probe both ways (sim.calibrate.identity); either one is enough
             probe = probe or (rid is not None and rid.startswith(PROBE_ID_PREFIX))
-            parsed = parse_request(request.body, kind, config, ask, trace, probe)
+            parsed = parse_request(request.body, kind, config, ask, trace, probe, api_key_name=request.api_key_name)
             return dispatcher.start(parsed, response, forced, rid)
 
         return handle

@@ -6,8 +6,8 @@ from __future__ import annotations
 class Request:
     """One request as the connection read it."""
 
-    __slots__ = ("body", "client", "headers", "keep_alive", "method", "path", "query", "raw_path", "server",
-                 "version")
+    __slots__ = ("api_key_name", "body", "client", "headers", "keep_alive", "method", "path", "query", "raw_path",
+                 "server", "version")
 
     def __init__(self, method: str, raw_path: bytes, path: str, query: bytes, version: str,
                  headers: list[tuple[bytes, bytes]], body: bytes,
@@ -22,6 +22,8 @@ class Request:
         self.body = body
         self.client = client
         self.server = server
+        #: The name of the API key that authenticated it (the guard sets it); None without keys.
+        self.api_key_name: str | None = None
 
     def header(self, name: bytes) -> bytes | None:
         """The first value of a header (``name`` lower case), if sent."""

@@ -27,7 +27,7 @@ def level_of(service: ServiceLevels, levels: dict[str, ServiceLevel], parsed: Pa
     name = ask.class_name
     if name is None:
         name = classify(service, RequestFields(parsed.model, parsed.max_tokens, parsed.stream, parsed.messages,
-                                               parsed.temperature))
+                                               parsed.temperature, parsed.api_key_name))
     level = levels.get(name)
     if level is None:
         raise ApiError(400, f"x-syshax-class {name!r} is not a service class here; the classes are "

@@ -84,7 +84,7 @@ class RemoteConductor(Wire):
         self.send({"op": "admit", "f": flight.fid, "id": flight.request_id, "kind": p.kind, "stream": p.stream,
                    "max_tokens": p.max_tokens, "prompt_tokens": p.prompt_tokens, "num_decode": p.has_num_decode_tokens,
                    "model": p.model, "messages": p.messages, "temperature": p.temperature, "ask": p.ask.wire(),
-                   "trace": dict(p.trace), "n": p.n, "probe": p.probe,
+                   "trace": dict(p.trace), "key": p.api_key_name, "n": p.n, "probe": p.probe,
                    "forced": flight.features.forced_mode.value if flight.features.forced_mode else None,
                    "age": time.monotonic() - flight.t0})
         try:

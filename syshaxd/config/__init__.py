@@ -3,8 +3,8 @@
 Other packages import from here. One module per idea: the model and its keys (``model``,
 ``keys``), validation with operator-facing messages (``validate``), YAML files on disk
 (``files``), dotted keys (``dotted``), loading the layers (``layers``), editing the admin's
-file and saving overrides (``edits``), engine flags (``flags``), the API port's edge limits
-(``edge``) and the running config (``runtime``).
+file and saving overrides (``edits``), engine flags (``flags``), the API port (``conductor``),
+its keys (``apikeys``) and edge limits (``edge``), and the running config (``runtime``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from syshaxd.config.classes import (
     classify,
     reachable,
 )
+from syshaxd.config.conductor import ConductorService
 from syshaxd.config.dotted import get_dotted
 from syshaxd.config.edge import EdgeLimits
 from syshaxd.config.edits import display_value, save_overrides, set_in_file
@@ -33,7 +34,6 @@ from syshaxd.config.layers import (
 )
 from syshaxd.config.model import (
     RUNTIME_KEYS,
-    ConductorService,
     Config,
     Control,
     CpuService,

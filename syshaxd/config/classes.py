@@ -77,7 +77,8 @@ class ClassRule(_Strict):
     stream: bool | None = None
     messages_at_least: int | None = Field(default=None, ge=0, description="Chat messages in the request")
     temperature_at_least: float | None = Field(default=None, ge=0)
-    api_key: str | None = Field(default=None, description="The name of the API key that authenticated it")
+    api_key: str | None = Field(default=None, description="The name of the API key that authenticated it "
+                                "(services.conductor.api_keys; 'default' is services.conductor.api_key)")
 
     def matches(self, request: RequestFields) -> bool:
         """Whether every condition given holds for ``request``."""

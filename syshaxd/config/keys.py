@@ -116,7 +116,7 @@ def allowed_text(tp: Any, info: FieldInfo | None = None) -> str:
         if is_model(item):
             return (f"a mapping of names to {{{_fields(item)}}}, e.g. "
                     f"{{{getattr(item, 'EXAMPLE', 'name: {...}')}}}")
-        return "a mapping"
+        return "a mapping" if item is Any else f"a mapping of names to {allowed_text(item)}"
     if tp is bool:
         return "true or false"
     if tp is int:

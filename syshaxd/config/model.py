@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from syshaxd.config.apikeys import unknown_key_rule
 from syshaxd.config.classes import ServiceLevels
-from syshaxd.config.edge import EdgeLimits
+from syshaxd.config.conductor import ConductorService, host_for_url
 from syshaxd.config.keys import KeyInfo, allowed_text, type_name
 from syshaxd.routing import Handoff
 
@@ -66,7 +67,7 @@ class DeviceService(_Strict):
 
     def url(self) -> str:
         """Base URL of the main engine."""
-        return f"http://{_host_for_url(self.host)}:{self.port}"
+        return f"http://{host_for_url(self.host)}:{self.port}"
 
 
 class GpuService(DeviceService):
@@ -83,42 +84,6 @@ class CpuService(DeviceService):
     name: str | None = Field(default="cpu0", description="Name of the main engine in the console and logs")
     cores: int | None = Field(default=None, ge=1, le=4096, description="Cores each CPU engine runs on, for the cost "
                               "of a request in CPU-core-seconds (null: this machine's)")
-
-
-class ConductorService(_Strict):
-    """The conductor's own OpenAI-compatible HTTP API."""
-
-    host: str = Field(default="127.0.0.1", description="Bind address of the OpenAI API (127.0.0.1 = local only)")
-    port: int = Field(default=8010, ge=1, le=65535, description="Port of the OpenAI API")
-    api_key: SecretStr | None = Field(
-        default=None,
-        strict=False,
-        description="If set, clients must send 'Authorization: Bearer <key>'",
-    )
-    max_body_bytes: int = Field(
-        default=4 * 1024 * 1024,
-        ge=1024,
-        le=1024**3,
-        description="Largest request body accepted (413 above)",
-    )
-    workers: int = Field(
-        default=1, ge=1, le=64,
-        description="Processes serving the API port: 1 is the daemon alone; each further worker "
-        "relays on its own core while the daemon keeps the one set of books (see docs/architecture.md)",
-    )
-    load_format: Literal["vllm-router", "sglang"] = Field(
-        default="vllm-router", description="Shape of GET /get_load: vllm-router's {\"load\": N} or the SGLang "
-        "gateway's list per data-parallel rank (docs/fleet.md)")
-    limits: EdgeLimits = Field(default_factory=EdgeLimits)
-
-    def url(self) -> str:
-        """Base URL clients use to reach the conductor."""
-        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
-        return f"http://{_host_for_url(host)}:{self.port}"
-
-
-def _host_for_url(host: str) -> str:
-    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 class Services(_Strict):
@@ -337,6 +302,13 @@ class Config(_Strict):
     logging: Logging = Field(default_factory=Logging)
     service: ServiceLevels = Field(default_factory=ServiceLevels)
 
+    @model_validator(mode="after")
+    def _rules_name_keys(self) -> Config:
+        why = unknown_key_rule(self.service, self.services.conductor.named_keys())
+        if why is not None:
+            raise ValueError(why)
+        return self
+
 
 #: Keys the running daemon may change without a restart (PATCH /v1/config, `syshax set`).
 RUNTIME_KEYS: frozenset[str] = frozenset(f"decider.{name}" for name in Decider.model_fields) | frozenset(
@@ -382,7 +354,7 @@ def _specs(services: Services) -> list[EngineSpec]:
         service: DeviceService = getattr(services, device)
         specs.append(EngineSpec(service.name or f"{device}0", device, service.url(), service.dialect, service.handoff))
         for index, extra in enumerate(service.endpoints, start=1):
-            url = f"http://{_host_for_url(extra.host)}:{extra.port}"
+            url = f"http://{host_for_url(extra.host)}:{extra.port}"
             specs.append(EngineSpec(extra.name or f"{device}{index}", device, url, extra.dialect or service.dialect,
                                     service.handoff))
     return specs

@@ -18,9 +18,11 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from syshaxd.config.apikeys import unknown_key_rule
 from syshaxd.config.classes import ServiceLevels, reachable
 from syshaxd.config.dotted import get_dotted, set_dotted
 from syshaxd.config.edits import runtime_values, save_overrides
+from syshaxd.config.files import ConfigError
 from syshaxd.config.flags import ENGINE_FLAGS, EngineFlags
 from syshaxd.config.keys import suggest
 from syshaxd.config.layers import OVERRIDES_NAME, LoadedConfig, default_state_dir, load_config
@@ -211,12 +213,16 @@ class RuntimeConfig:
         self._fastest_tpot = fastest_tpot
 
     def _check_service(self, updates: Mapping[str, Any], config: Config) -> None:
-        if self._fastest_tpot is None or not any(key.startswith("service.") for key in updates):
+        patched = next((key for key in updates if key.startswith("service.")), None)
+        if patched is None:
             return
-        why = reachable(config.service, self._fastest_tpot())
+        # A section is revalidated alone (_validated): a rule's key is checked against the keys here.
+        why = unknown_key_rule(config.service, config.services.conductor.named_keys())
+        if why is None and self._fastest_tpot is not None:
+            slow = reachable(config.service, self._fastest_tpot())
+            why = None if slow is None else f"no engine can serve this class table: {slow}"
         if why is not None:
-            raise PatchError(next(key for key in updates if key.startswith("service.")),
-                             f"no engine can serve this class table: {why}; the table in use is kept")
+            raise PatchError(patched, f"{why}; the table in use is kept")
 
     def _check_flag_key(self, key: str, value: Any) -> tuple[str, str]:
         parts = key.split(".")
@@ -306,6 +312,9 @@ class RuntimeConfig:
         """
         loaded = self._loader(True)
         fresh = loaded.config
+        why = unknown_key_rule(fresh.service, self._config.services.conductor.named_keys())
+        if why is not None:  # the file's new keys wait for a restart; its rules would not
+            raise ConfigError(f"{why} (in the running daemon: API keys change only on restart)", key="service.rules")
         needs_restart = sorted(
             key
             for key in all_keys()

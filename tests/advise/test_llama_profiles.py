@@ -12,7 +12,7 @@ import pytest
 
 from bench._traffic import SYSHAX
 from sim.advise.cli import REFUSED
-from tests.plugins.llama import LlamaStack, LlamaStackFactory
+from tests.plugins.llama_stack import LlamaStack, LlamaStackFactory
 
 pytestmark = [pytest.mark.llama, pytest.mark.timeout(600)]
 

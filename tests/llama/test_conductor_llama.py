@@ -23,7 +23,8 @@ import httpx
 import pytest
 
 from tests.llama._util import GREEDY, NO_EOS, metric_samples, predicted_total, wait_processing
-from tests.plugins.llama import LlamaBuild, LlamaStack, start_llama_stack
+from tests.plugins.llama import LlamaBuild
+from tests.plugins.llama_stack import LlamaStack, start_llama_stack
 
 pytestmark = pytest.mark.llama
 

@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from tests.llama._util import GREEDY, NO_EOS
-from tests.plugins.llama import LlamaStack, LlamaStackFactory
+from tests.plugins.llama_stack import LlamaStack, LlamaStackFactory
 
 pytestmark = pytest.mark.llama
 

@@ -25,7 +25,8 @@ from tests.llama._util import (
     wait_all_idle,
     wait_processing,
 )
-from tests.plugins.llama import LlamaFactory, LlamaStackFactory
+from tests.plugins.llama import LlamaFactory
+from tests.plugins.llama_stack import LlamaStackFactory
 from tests.plugins.llama_targets import ENGINES, LLAMA_SERVER, SIM_SPEED, SIMULATOR, Target, run_on
 
 # Counters, slots and disconnects are read from engines no other test has touched.

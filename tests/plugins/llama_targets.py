@@ -28,14 +28,8 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.plugins.llama import (
-    N_CTX,
-    N_PARALLEL,
-    LlamaBuild,
-    LlamaServer,
-    llama_servers,
-    llama_stacks,
-)
+from tests.plugins.llama import N_CTX, N_PARALLEL, LlamaBuild, LlamaServer, llama_servers
+from tests.plugins.llama_stack import llama_stacks
 
 #: The model name both the real server (``--alias``) and the simulator (``--served-model-name``) answer with.
 ALIAS = "twin"

@@ -20,7 +20,8 @@ import openai
 import pytest
 
 from tests.llama._util import GREEDY, NO_EOS
-from tests.plugins.llama import LlamaBuild, LlamaStack, start_llama_stack
+from tests.plugins.llama import LlamaBuild
+from tests.plugins.llama_stack import LlamaStack, start_llama_stack
 from tests.records._client import MESSAGES, PROMPT, abort_after, ask, check, record
 
 pytestmark = pytest.mark.llama
