@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -250,13 +251,19 @@ async def test_repeated_prompt_is_served_from_the_prompt_cache(target: Target) -
 async def test_n_choices_are_reported_one_by_one(target: Target) -> None:
     body = {"model": "x", "max_tokens": 3, "n": 2, **GREEDY, **NO_EOS}
     chat = {**body, "messages": MESSAGES}
-    async with target.http() as http:
-        whole = (await http.post("/v1/chat/completions", json=chat)).json()
-        streamed, done = sse_json((await http.post("/v1/chat/completions", json={
-            **chat, "stream": True, "stream_options": {"include_usage": True}})).text)
-        completion, completion_done = sse_json((await http.post("/v1/completions", json={
-            **body, "prompt": "Once upon a time", "stream": True})).text)
-        refused = await http.post("/v1/chat/completions", json={**chat, "n": target.n_parallel + 1})
+
+    async def post(path: str, payload: dict[str, Any]) -> httpx.Response:
+        # A connection of its own each: llama-server closes one idle past its keep-alive (a
+        # stalled machine reused a closed one here once).
+        async with target.http() as http:
+            return await http.post(path, json=payload)
+
+    whole = (await post("/v1/chat/completions", chat)).json()
+    streamed, done = sse_json((await post("/v1/chat/completions", {
+        **chat, "stream": True, "stream_options": {"include_usage": True}})).text)
+    completion, completion_done = sse_json((await post("/v1/completions", {
+        **body, "prompt": "Once upon a time", "stream": True})).text)
+    refused = await post("/v1/chat/completions", {**chat, "n": target.n_parallel + 1})
     assert [c["index"] for c in whole["choices"]] == [0, 1]
     assert whole["usage"]["completion_tokens"] == 3  # one choice's, not the 6 of both
     assert whole["timings"]["predicted_n"] == 3
