@@ -217,6 +217,10 @@ class StreamCounter:
             out, out_source = own_timings, "timings"
         else:
             out, out_source = self.deltas, "counted"
+        if out < self.deltas:
+            # A delta carries at least one token: a smaller count misses part of the answer (a
+            # stream of several choices cut after the report of some of them).
+            out, out_source = self.deltas, "counted"
         if self.usage_prompt is not None:
             prompt, prompt_source = self.usage_prompt, "usage"
         elif self.timings_prompt is not None:

@@ -266,3 +266,14 @@ def test_a_record_of_n_choices_takes_its_tpot_from_the_longest_choice() -> None:
     # Four choices of 8 decoding side by side: 32 tokens in 0.7 s, 7 steps of 0.1 s each.
     four = Record(**base, output_tokens=32, decode=0.7, choices=4, longest=8)  # type: ignore[arg-type]
     assert four.tpot() == pytest.approx(0.1) and four.model().choices == 4
+
+
+def test_a_stream_of_choices_cut_after_some_of_their_reports_is_counted_from_its_deltas() -> None:
+    # llama-server reported choice 0 (3 tokens) and the client left while choice 1 had 2: the
+    # report covers part of the answer, the deltas all of what was written.
+    steps = _interleave(_llama_choice("chat", 0, ["a", "b", "c"], usage=True),
+                        _llama_choice("chat", 1, ["d", "e", "f", "g"], usage=True))
+    last = next(i for i, c in enumerate(steps) if c["choices"] and c["choices"][0]["delta"].get("content") == "f")
+    cut = steps[:last + 1]  # choice 0 ended and reported; choice 1 wrote d, e, f
+    tally = _count_n(sse(*cut), 2)
+    assert (tally.output_tokens, tally.output_source) == (6, "counted")
