@@ -14,7 +14,8 @@ choices at the end; llama-server reports each choice apart -- a usage-only chunk
 choice's last (chat), ``usage`` or ``timings`` on each choice's last chunk. So the usage-only
 chunks' counts are summed (each covers the choices that ended since the one before), and a
 count on a choice's own chunk is that choice's (its latest, summed over the choices). The
-prompt is counted once: the choices share it.
+prompt is counted once: the choices share it. An engine count below the token-carrying deltas
+written is incomplete (a stream cut after some choices reported): the deltas count then.
 
 Times are those of the writes to the client: the first token is when the first event carrying
 one was written (of any choice), and TPOT is the time from there to the last such write over
