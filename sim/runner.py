@@ -6,7 +6,9 @@ an arrival, an engine step's end, a scrape (every ``scrape_interval`` seconds, r
 ``rate_window`` through the monitor's own RateTracker), a deadline -- and each becomes the
 call the daemon makes for the same event: ``arrive`` for a request, ``first_byte`` when an
 engine's first token of it is out, ``release`` and ``finish`` when its part ends, a kick
-when a scrape lands. A placement is carried out as the daemon's dispatcher does: whole on
+when a scrape lands. When the core takes back a sheddable request's GPU slot before its
+first token (``ticket.revoke``), the runner drops it from its engine and counts it refused
+(``shed``), as the daemon aborts it and answers 429. A placement is carried out as the daemon's dispatcher does: whole on
 one engine, or prefill on the GPU and decode on the CPU through the handoff protocol; with
 the ``syshax`` handoff the CPU stops at the decision's token limit and the policy is asked
 again. Engine steps between events are fast-forwarded, so 10,000 requests take seconds; the
@@ -101,6 +103,7 @@ class VirtualConductor:
         ticket = self.core.ticket(str(index), features, self.now)
         own = limits_for(self.limits, features)  # the request is judged at its own class's targets
         f = Flight(index, req, features, ticket, ttft_target=own.ttft_target, tpot_target=own.tpot_target)
+        ticket.revoke = lambda refusal: self._revoked(f, refusal)
         self.flights.append(f)
         self.open += 1
         outcome = self.core.arrive(ticket, self.now, wake=lambda o: self._placed(f, o))
@@ -128,6 +131,12 @@ class VirtualConductor:
             self._submit(f, first, f.req.prompt_tokens, min(prefill, f.req.output_tokens))
             return
         self._submit(f, first, f.req.prompt_tokens, f.req.output_tokens)
+
+    def _revoked(self, f: Flight, refusal: Refusal) -> None:
+        """The core took back ``f``'s GPU slot before its first token: the engine drops it, it is refused."""
+        self.decisions["revoked"] += 1
+        f.refusal = refusal.reason
+        self._finish(f, refusal.outcome)
 
     def _segment(self, f: Flight, remaining: int) -> int:
         """Tokens the CPU writes before it stops (the ``syshax`` handoff's token limit)."""

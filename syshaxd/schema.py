@@ -122,6 +122,9 @@ class RequestRecordModel(_Wire):
     #: tpot is the longest choice's (they decode side by side).
     choices: int = 1
     api_key_name: str | None = None  # the name of the API key it came with (never the secret); None: no keys
+    #: The reason syshaxd refused it (its x-syshax-refused-reason: queue_full, shed, ...); a
+    #: request with a decision and ``shed`` gave up its GPU slot before its first byte.
+    refused: str | None = None
 
 
 class AdviceOption(_Wire):

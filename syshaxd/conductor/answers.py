@@ -74,6 +74,12 @@ class CompletionRelay(Relay):
     def passing(self, data: bytes) -> None:
         self.flight.answering(self.up)
 
+    def revoke(self, error: ApiError) -> None:
+        """The core took the request back before the client had a byte: the engine's answer is
+        stopped (its connection closed, which aborts the request) and ``error`` goes to the sender."""
+        if not self.over and not self.committed:
+            self.fail_early(error)
+
 
 class StreamRelay(CompletionRelay):
     """A streamed completion, passed through as it comes once its first event is in."""

@@ -185,6 +185,10 @@ class Conductor:
         )
         ticket = self.core.ticket(request_id, features, time.monotonic(), age)
         flight = BookedFlight(request_id, parsed, ticket, self)
+        if process == "0":
+            # The core may take back its GPU slot before its first byte. Not a worker's request:
+            # the worker may have sent that byte before the daemon's word reaches it.
+            ticket.revoke = lambda refusal: self._revoked(flight, refusal)
         if service.forward_priority:
             flight.forward_priority = level.priority
         if self.tracing.enabled:
@@ -229,9 +233,18 @@ class Conductor:
         if waiter is not None and not waiter.done():
             waiter.set_result(outcome)
 
+    def _revoked(self, flight: BookedFlight, refusal: Refusal) -> None:
+        """The core took back ``flight``'s GPU slot before its first byte: its client gets the refusal."""
+        level, flight.refused = flight.features.level.name, refusal.reason
+        self.books.stats.record_refusal(level, refusal.reason)
+        log.info("request %s (class %s) gave up its slot on %s before its first byte: a request that is not "
+                 "sheddable needed room", flight.request_id, level, flight.decision.engine if flight.decision else "-")
+        flight.revoke(api_error(refusal, level))
+
     def _route(self, flight: BookedFlight, outcome: Outcome) -> Route:
         if isinstance(outcome, Refusal):
             self.books.stats.record_refusal(flight.features.level.name, outcome.reason)
+            flight.refused = outcome.reason
             raise api_error(outcome, flight.features.level.name)
         if flight.decision is None:
             self._record(flight, outcome)

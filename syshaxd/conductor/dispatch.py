@@ -3,7 +3,9 @@
 The service builds one :class:`Dispatcher` and hands it to the API routes. Per request it
 asks the conductor for a flight and a route, then talks only to the flight. Failure rules:
 an engine failing before the client got a byte is resubmitted once to the other device;
-after the first byte the stream ends with an OpenAI-style error event.
+after the first byte the stream ends with an OpenAI-style error event. A request the core
+takes back before its first byte (:mod:`syshaxd.core.revoke`) has its engine's answer
+stopped and its client answered with the core's 429.
 
 The common case costs no task and no trip round the event loop: when the conductor has
 capacity and the engine an idle connection, :meth:`Dispatcher.start` sends the request from
@@ -179,6 +181,7 @@ class Dispatcher(Generic[F]):
         relay = self._relay(flight, up, reply)
         relay.exchange = up.exchange_on(conn, self._request(flight, up, body, headers), relay)
         relay.on_early_failure(lambda exc: self._spawn(self._recover(flight, up, reply, exc)))
+        flight.when_revoked(relay.revoke)
         return True
 
     async def _recover(self, flight: Flight, up: EngineClient, reply: Reply, exc: BaseException) -> None:
@@ -197,15 +200,21 @@ class Dispatcher(Generic[F]):
                     failed: EngineFailure | None = None) -> None:
         """Send the request to one engine; resubmit once to the other device on an early failure."""
         try:
+            if flight.revoked is not None:  # taken back while it was on its way here
+                flight.release(up)
+                raise flight.revoked
             if not flight.parsed.stream and up.spec.dialect in STREAM_UPSTREAM:
                 await self._assembled(flight, up, body, headers, reply)
                 return
             relay = self._relay(flight, up, reply)
+            flight.when_revoked(relay.revoke)
             try:
                 relay.exchange = await up.exchange(self._request(flight, up, body, headers), relay)
             except BaseException:
                 relay.cancel()
                 raise
+            if relay.over:  # stopped while a connection was had (taken back, client gone): the engine must not run it
+                relay.exchange.abort()
             await relay.wait_committed()
         except (EngineFailure, EngineRejected, asyncio.TimeoutError) as exc:
             await self._failed(flight, up, reply, exc, failed)
@@ -213,6 +222,8 @@ class Dispatcher(Generic[F]):
     async def _failed(self, flight: Flight, up: EngineClient, reply: Reply, exc: BaseException,
                       failed: EngineFailure | None) -> None:
         flight.release(up)
+        if flight.revoked is not None:  # the core took it back (whatever failed with or after that)
+            raise flight.revoked
         if isinstance(exc, EngineRejected):
             send_rejected(reply, exc, flight.request_id)
             flight.finish("rejected")
@@ -230,6 +241,10 @@ class Dispatcher(Generic[F]):
         """Asked to stream, answered as one body (see :mod:`syshaxd.conductor.assemble`)."""
         headers = {**headers, "X-Request-Id": flight.request_id}
         response = await up.open_stream(flight.parsed.path, streaming_body(body), headers)
+        if flight.revoked is not None:  # taken back while the engine prefilled: it stops now
+            response.close()
+            flight.release(up)
+            raise flight.revoked
         counter = StreamCounter(flight.parsed.n)  # the tokens' times as read here: where a streaming client sees them
         try:
             flight.first_byte(up)  # this engine sends its headers with the first token

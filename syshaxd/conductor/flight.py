@@ -4,7 +4,8 @@ A flight is made by the conductor (:meth:`Conductor.new_flight`) around the sche
 core's ticket. Dispatch and every handoff talk to the flight -- ``first_byte``,
 ``release(engine)``, ``reask``, ``resubmit``, ``finish(outcome)`` -- and never to the
 conductor: the flight tells the core, which undoes exactly what it did, and writes the
-request's record once.
+request's record once. When the core takes back a request's GPU slot before its first byte,
+the flight stops what dispatch registered (``when_revoked``) and its client gets the 429.
 
 :class:`Flight` is what dispatch may do with one; :class:`BookedFlight` is kept by this
 process's core, :class:`~syshaxd.conductor.remote.RemoteFlight` in a worker process tells the
@@ -16,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -26,6 +28,7 @@ from syshaxd.conductor.tally import Tally
 from syshaxd.conductor.tracing import NO_SPAN, Span
 from syshaxd.core import Outcome, Scheduler, Ticket
 from syshaxd.engines import EngineClient
+from syshaxd.errors import ApiError
 from syshaxd.request import ParsedRequest
 from syshaxd.routing import Decision, Limits, Mode, RequestFeatures, limits_for
 from syshaxd.schema import DecisionModel
@@ -100,6 +103,15 @@ class Flight(Protocol):
         """The request ended (any way): release everything, once (``tally``: what the client got)."""
         ...
 
+    @property
+    def revoked(self) -> ApiError | None:
+        """What its client is told when the core took back its engine before its first byte, or None."""
+        ...
+
+    def when_revoked(self, stop: Callable[[ApiError], None]) -> None:
+        """Call ``stop`` (once) if the core takes it back before its first byte; at once if it has."""
+        ...
+
 
 @dataclass(eq=False)
 class BookedFlight:
@@ -118,6 +130,11 @@ class BookedFlight:
     span: Span = NO_SPAN
     #: Set while it waits in line: the core's outcome arrives here.
     waiter: asyncio.Future[Outcome] | None = field(default=None, repr=False)
+    #: The core's reason when it refused the request (its record says so).
+    refused: str | None = None
+    #: What its client is told since the core took back its engine before its first byte.
+    revoked: ApiError | None = None
+    _stop: Callable[[ApiError], None] | None = field(default=None, repr=False)
 
     @property
     def features(self) -> RequestFeatures:
@@ -163,6 +180,24 @@ class BookedFlight:
     def release(self, engine: EngineClient) -> None:
         """This engine's part is over: stop counting against it and let a waiting request in."""
         self.host.core.release(self.ticket, engine.name, time.monotonic())
+
+    # -- taken back before its first byte (syshaxd.core.revoke) ---------------------------
+
+    def when_revoked(self, stop: Callable[[ApiError], None]) -> None:
+        """Call ``stop`` (once) if the core takes it back before its first byte; at once if it has.
+        Dispatch registers how to stop what runs now (the relay of its engine's answer)."""
+        if self.revoked is not None:
+            stop(self.revoked)
+        else:
+            self._stop = stop
+
+    def revoke(self, error: ApiError) -> None:
+        """The core took back its engine before the client had a byte: stop the engine's answer;
+        the client gets ``error``."""
+        self.revoked = error
+        stop, self._stop = self._stop, None
+        if stop is not None:
+            stop(error)
 
     # -- asking the core ---------------------------------------------------------------
 
@@ -243,7 +278,8 @@ class BookedFlight:
             ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
             ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu,
             output_source=tally.output_source, prompt_source=tally.prompt_source or "estimate", decode=tally.decode,
-            choices=parsed.n, longest=tally.longest, probe=parsed.probe, api_key_name=parsed.api_key_name)
+            choices=parsed.n, longest=tally.longest, probe=parsed.probe, api_key_name=parsed.api_key_name,
+            refused=self.refused)
         if not self.host.books.records.add(record):
             self.host.books.stats.record_probe()
         self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))

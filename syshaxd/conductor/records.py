@@ -51,6 +51,7 @@ class Record:
     prompt_source: str = "estimate"  # usage, timings, estimate
     decode: float | None = None  # seconds from the first token written to the client to the last
     api_key_name: str | None = None  # the key it came with, by name
+    refused: str | None = None  # the core's reason when it refused the request (or took it back)
     choices: int = 1  # the request's n: output_tokens is the sum over them
     longest: int | None = None  # several choices: the tokens of the longest (syshaxd.conductor.tally)
     probe: bool = False  # calibrate's probe: served, never kept
@@ -90,7 +91,8 @@ class Record:
             tpot=tpot, e2e=self.e2e, service_class=self.service_class or None, ttft_target=self.ttft_target,
             tpot_target=self.tpot_target, met=self.met(tpot), gpu_seconds=round(self.gpu_seconds, 6),
             cpu_core_seconds=round(self.cpu_core_seconds, 6), output_tokens_source=self.output_source,
-            prompt_tokens_source=self.prompt_source, api_key_name=self.api_key_name, choices=self.choices)
+            prompt_tokens_source=self.prompt_source, api_key_name=self.api_key_name,
+            refused=self.refused, choices=self.choices)
 
 
 class RequestLog:

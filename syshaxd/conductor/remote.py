@@ -163,7 +163,7 @@ class RemoteFlight:
     """A request a worker serves; every change to the books goes to the daemon."""
 
     __slots__ = ("_answered", "_class", "_ledger", "deadline", "features", "fid", "finished", "parsed", "request_id",
-                 "story", "t0", "trace", "ttft")
+                 "revoked", "story", "t0", "trace", "ttft")
 
     def __init__(self, ledger: RemoteConductor, fid: int, request_id: str, parsed: ParsedRequest,
                  features: RequestFeatures, deadline: float) -> None:
@@ -180,10 +180,16 @@ class RemoteFlight:
         self._class = ""
         self.story: tuple[tuple[bytes, bytes], ...] = ()
         self.trace: dict[str, str] = {}  # the daemon's span of this request, as the engines' parent
+        #: Never set: the daemon does not take back a worker's request (it cannot know whether
+        #: the worker already sent its first byte).
+        self.revoked: ApiError | None = None
 
     def trace_headers(self) -> dict[str, str]:
         """The trace context to send the engines (the daemon's span of this request), or none."""
         return self.trace
+
+    def when_revoked(self, stop: Callable[[ApiError], None]) -> None:
+        """Nothing to register: a worker's request is never taken back."""
 
     def placed(self, service_class: str, device: str | None, engines: str, mode: str, reason: str) -> None:
         """Where the request runs (its answer's headers say so)."""

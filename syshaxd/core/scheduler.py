@@ -6,6 +6,9 @@ each request (:meth:`~Scheduler.arrive`, :meth:`~Scheduler.first_byte`,
 :meth:`~Scheduler.release`, :meth:`~Scheduler.finish`, ...) and the time it happened; the
 scheduler answers with values (:class:`~syshaxd.core.ticket.Placement`,
 :class:`~syshaxd.core.ticket.Refusal`) and wakes waiting tickets through their callback.
+When a request that is not sheddable would be refused for want of room, a sheddable request
+placed on a GPU engine without a first byte gives up its slot instead
+(:mod:`syshaxd.core.revoke`): the core settles it and calls its driver's ``revoke``.
 What it needs to know of the world it reads from :class:`Inputs`: the engines as last
 observed, their flags, the limits and the policy.
 
@@ -23,6 +26,7 @@ from typing import Protocol
 from syshaxd.core.ledger import EngineBook, Ledger
 from syshaxd.core.line import WaitingLine
 from syshaxd.core.place import other_device, pick, place
+from syshaxd.core.revoke import Revocable, gave_up
 from syshaxd.core.ticket import NOT_WAITING, Outcome, Placement, Refusal, Ticket, Wake
 from syshaxd.policy import QueueOrder, get_policy, queue_order
 from syshaxd.routing import Decision, Limits, Mode, Policy, RequestFeatures, limits_for
@@ -75,6 +79,8 @@ class Scheduler:
         self._order = order
         self.line = WaitingLine(queue_limit, self.queue_order(), inputs.limits().ttft_target)
         self.accepting = True
+        #: Sheddable requests on a GPU engine before their first byte (:mod:`syshaxd.core.revoke`).
+        self.revocable = Revocable()
         self._policies: dict[str, Policy] = dict(policies or {})
         self._observed: Snapshot | None = None
         self._bumps = 0  # changes of state outside the ledger (observations, configuration)
@@ -119,7 +125,12 @@ class Scheduler:
 
     def arrive(self, ticket: Ticket, now: float, wake: Wake | None = None) -> Outcome | None:
         """Admit ``ticket``: a placement or a refusal now, or None when it waits in line
-        (``wake`` then hears the outcome, from a later call)."""
+        (``wake`` then hears the outcome, from a later call).
+
+        A full line makes room, in this order: it sheds a waiting sheddable request (for a
+        newcomer that is not sheddable); a sheddable request gives up its GPU slot before its
+        first byte (likewise); in ``deadline`` order it refuses its oldest late request; else
+        the newcomer is refused (429 ``queue_full``)."""
         if not self.accepting:
             return self._settle(ticket, Refusal(503, "stopping", "syshaxd is shutting down"))
         self._advance(now)
@@ -134,20 +145,41 @@ class Scheduler:
             full = Refusal(429, "queue_full", "no capacity: all engines are at their limits and the admission "
                            f"queue is full ({self.line.limit} waiting); retry later", retry_after=1)
             victim = self.line.evictable(ticket)
-            if victim is None:
-                return self._settle(ticket, full)
-            self.line.remove(victim)
-            if victim.features.level.sheddable:
+            if victim is not None and victim.features.level.sheddable:
+                self.line.remove(victim)
                 self._wake(victim, Refusal(429, "shed", f"refused to make room for a more important request: class "
                                            f"{victim.features.level.name!r} is sheddable", retry_after=1))
-            else:  # it cannot meet its TTFT target any more
+            elif self._take_back(ticket, now):
+                pass  # a GPU slot came free: the newcomer waits in line for it (one over the limit till taken)
+            elif victim is not None:  # it cannot meet its TTFT target any more
+                self.line.remove(victim)
                 self._wake(victim, full)
+            else:
+                return self._settle(ticket, full)
         self.line.push(ticket, now)
         self.kick(now)  # in deadline order it may be first in line
         if ticket.outcome is not None:
             return ticket.outcome
         ticket.wake = wake
         return None
+
+    def _take_back(self, newcomer: Ticket, now: float) -> bool:
+        """For a ``newcomer`` that is not sheddable, take back the GPU slot of a sheddable request
+        placed there without a first byte (:mod:`syshaxd.core.revoke`); whether one was."""
+        if newcomer.features.level.sheddable:
+            return False
+        victim = self.revocable.pick()
+        if victim is None or victim.revoke is None:
+            return False
+        revoke, victim.revoke = victim.revoke, None
+        self.revocable.drop(victim)
+        victim.done, victim.wake = True, None
+        for name in list(victim.holds):
+            self.ledger.release(victim, name, now)
+        refusal = gave_up(victim)
+        victim.refusal = refusal
+        revoke(refusal)  # the driver aborts it at the engine and answers its client
+        return True
 
     def kick(self, now: float) -> None:
         """Offer capacity to waiting tickets, in line order, while the policy places the first."""
@@ -242,6 +274,8 @@ class Scheduler:
         ticket.tpot_target = limits.tpot_target
         for name in placement.engines:
             self.ledger.reserve(ticket, name, now)
+        if placement.decision.mode is Mode.WHOLE and self.ledger.engines[placement.engines[0]].device == "gpu":
+            self.revocable.add(ticket, placement.engines[0])
         ticket.seen, ticket.limits, ticket.decided = snap, limits, now
         return placement
 
@@ -262,10 +296,12 @@ class Scheduler:
 
     def first_byte(self, ticket: Ticket, engine: str, now: float) -> None:
         """Engine ``engine`` started answering ``ticket``."""
+        self.revocable.drop(ticket, engine)
         self.ledger.start(ticket, engine, now)
 
     def release(self, ticket: Ticket, engine: str, now: float) -> bool:
         """Engine ``engine``'s part of ``ticket`` is over; waiting tickets may take its room."""
+        self.revocable.drop(ticket, engine)
         if not self.ledger.release(ticket, engine, now):
             return False
         self.kick(now)
@@ -277,6 +313,7 @@ class Scheduler:
             return
         ticket.done = True
         self.line.remove(ticket)
+        self.revocable.drop(ticket)
         ticket.wake = None
         released = False
         for name in list(ticket.holds):
@@ -299,6 +336,8 @@ class Scheduler:
             return None
         ticket.resubmitted = True
         self.ledger.reserve(ticket, view.name, now)
+        if device == "gpu":  # the whole request now runs there
+            self.revocable.add(ticket, view.name)
         return view.name
 
     # -- requests the core does not place (pass-through routes) ----------------------------

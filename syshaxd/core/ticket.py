@@ -4,6 +4,8 @@ A :class:`Ticket` is made by a driver when a request arrives and handed to the
 :class:`~syshaxd.core.scheduler.Scheduler` with every event of its life. The scheduler
 answers with a :class:`Placement` (where it runs now), a :class:`Refusal` (why it never
 will), or nothing (it waits in line; the ticket's ``wake`` callback hears the outcome).
+A placed ticket may later be taken back (:mod:`syshaxd.core.revoke`): its driver hears that
+through the ticket's ``revoke`` callback.
 """
 
 from __future__ import annotations
@@ -36,7 +38,8 @@ class Placement:
 class Refusal:
     """Why a request will not run: an HTTP status, a machine-readable reason and a message.
 
-    ``reason`` is one of ``queue_full``, ``shed`` (a more important request took its place),
+    ``reason`` is one of ``queue_full``, ``shed`` (a more important request took its place in
+    line, or its GPU slot before its first byte),
     ``ttft_expired`` (it can no longer meet its TTFT target and its class refuses late work),
     ``no_engine``, ``stopping``, ``queue_timeout``.
     """
@@ -54,6 +57,8 @@ class Refusal:
 
 Outcome = Placement | Refusal
 Wake = Callable[[Outcome], None]
+#: How a driver hears that the core took back a placed request (its refusal).
+Revoke = Callable[[Refusal], None]
 
 
 @dataclass(eq=False)
@@ -76,6 +81,7 @@ class Ticket:
     #: Engine-seconds it was given by each engine it held (complete once released there).
     shares: dict[str, float] = field(default_factory=dict)
     placement: Placement | None = None
+    #: Why it never ran; for a placed ticket the core took back, why it was taken back.
     refusal: Refusal | None = None
     #: What the policy saw when it placed the ticket, the limits it applied, and when.
     seen: Snapshot | None = None
@@ -92,8 +98,16 @@ class Ticket:
     #: The core's state version at which the policy last held it (-1: not asked since).
     asked: int = -1
     wake: Wake | None = None
+    #: Set by a driver that can take back a placed request before its first byte (abort it at
+    #: the engine, answer its client with the refusal); None: the core never takes it back.
+    revoke: Revoke | None = None
 
     @property
     def outcome(self) -> Outcome | None:
         """How admission ended for it, once it has."""
         return self.placement if self.placement is not None else self.refusal
+
+    @property
+    def revoked(self) -> bool:
+        """Whether the core took it back after placing it."""
+        return self.placement is not None and self.refusal is not None

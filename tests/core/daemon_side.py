@@ -27,7 +27,7 @@ import yaml
 from sim.scripted import Action
 from syshaxd.schema import DecisionModel, RequestRecordModel, StateModel
 from tests.core.engines import ScriptedEngines
-from tests.core.script import Arrive, Script, Set
+from tests.core.script import Arrive, Script, Set, classes
 from tests.plugins.daemon import wait_control_socket
 from tests.plugins.ports import free_port, stop_processes
 
@@ -40,6 +40,7 @@ class Client:
 
     index: int
     max_tokens: int
+    service_class: str = "interactive"
     tokens: int = 0
     ended: bool = False
     status: int | None = None  # an error's HTTP status
@@ -93,7 +94,7 @@ class Player:
                 raise AssertionError(f"step {number} ({step}) failed: {exc}") from exc
 
     def _arrive(self, step: Arrive) -> None:
-        c = Client(step.index, step.request.output_tokens)
+        c = Client(step.index, step.request.output_tokens, step.request.level.name)
         c.thread = threading.Thread(target=self._request, args=(c,), daemon=True)
         with self.lock:
             self.clients[step.index] = c
@@ -103,7 +104,7 @@ class Player:
         try:
             stream = self.client.chat.completions.create(
                 model="ds-32b", messages=[{"role": "user", "content": f"r{c.index}"}], max_tokens=c.max_tokens,
-                stream=True, extra_headers={"X-Request-ID": f"r{c.index}"})
+                stream=True, extra_headers={"X-Request-ID": f"r{c.index}", "x-syshax-class": c.service_class})
             for chunk in stream:
                 for choice in chunk.choices:
                     with self.lock:
@@ -171,8 +172,10 @@ class Player:
         with self.lock:
             clients = list(self.clients.values())
             ended = sum(c.ended for c in clients)
-            refused = sum(c.status is not None for c in clients)
+            # Refused before any placement (a request taken back after it is counted placed).
+            refused = sum(c.status is not None and f"r{c.index}" not in self.decided for c in clients)
             behind = [c.index for c in clients if not c.ended and c.tokens < self.emitted.get(f"r{c.index}", 0)]
+            gone = [f"r{c.index}" for c in clients if c.ended]
         finished = sum(conductor.outcomes.values())
         if finished != ended:
             return f"{ended} requests ended at their clients, {finished} in the daemon's books"
@@ -183,6 +186,9 @@ class Player:
             return f"{len(self.decided)} decisions seen of {conductor.requests_total}"
         if behind:
             return f"clients still owed tokens: {behind[:5]}"
+        left = [(rid, name) for name, held in holding.items() for rid in gone if rid in held]
+        if left:  # a request taken back: the engine must have let it go before it acts again
+            return f"ended requests still held by their engines: {left[:5]}"
         for c in clients:
             rid = f"r{c.index}"
             decision = self.decided.get(rid)
@@ -226,6 +232,7 @@ def daemon_config(ports: dict[str, int], api_port: int, requests: int) -> dict[s
         "control": {"group": "nogroup"},
         "system": {"request_timeout": 3600, "max_queue_size": 10, "shutdown_grace": 5},
         "logging": {"requests_kept": requests + 100},
+        "service": {"classes": classes()},
     }
 
 

@@ -27,7 +27,7 @@ from syshaxd.schema import RequestRecordModel
 from syshaxd.snapshot import EngineState, EngineView
 from tests.core.daemon_side import Player, daemon_config, start_daemon
 from tests.core.engines import ScriptedEngines
-from tests.core.script import ENGINES, STEP, Script, make_script
+from tests.core.script import ENGINES, SHED_BURST, STEP, Script, make_script
 from tests.plugins.ports import free_port, stop_processes
 
 SEED = 7
@@ -35,8 +35,8 @@ REQUESTS = 520
 TINY = load_profile("tiny")
 SPECS = [EngineSpec(name, "gpu" if name.startswith("gpu") else "cpu", TINY) for name in ENGINES]
 
-#: How one request ended: (outcome, mode, engines, waited in line).
-Fate = tuple[str, str, str, bool]
+#: How one request ended: (outcome, mode, engines, waited in line, why refused).
+Fate = tuple[str, str, str, bool, str]
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def daemon_fates(records: dict[str, RequestRecordModel]) -> dict[int, Fate]:
     for rid, record in records.items():
         d = record.decision
         fates[int(rid[1:])] = (record.outcome, d.mode if d else "", d.engine or "" if d else "",
-                               d is not None and d.held is not None)
+                               d is not None and d.held is not None, record.refused or "")
     return fates
 
 
@@ -100,7 +100,7 @@ def runner_fates(played: Played, engine: type[ScriptedEngine] = ScriptedEngine) 
                          startup_check=False)
     engines = [engine(spec, played.script.actions) for spec in SPECS]
     result = run(played.script.requests, engines, config.decider.policy, limits, options, changes=changes)
-    return {r.index: (r.outcome, r.mode, r.engines, r.held) for r in result.requests}
+    return {r.index: (r.outcome, r.mode, r.engines, r.held, r.refusal) for r in result.requests}
 
 
 def _differences(daemon: dict[int, Fate], runner: dict[int, Fate]) -> list[str]:
@@ -115,11 +115,15 @@ def test_the_daemon_and_the_runner_decide_alike_request_by_request(played: Playe
     assert not differences, f"{len(differences)} requests differ; the first:\n  " + "\n  ".join(differences[:10])
     # The history is worth comparing: it holds every kind of decision the issue names.
     kinds = Counter((mode, engines.split("+")[0][:3] if mode == "whole" else "split", held)
-                    for outcome, mode, engines, held in daemon.values() if outcome == "ok")
+                    for outcome, mode, engines, held, _ in daemon.values() if outcome == "ok")
     assert kinds[("whole", "gpu", False)] > 50 and kinds[("whole", "cpu", False)] > 20
     assert kinds[("pd_split", "split", False)] > 10
     assert sum(n for (mode, _, held), n in kinds.items() if held) > 50
     assert sum(f[0] == "rejected" for f in daemon.values()) > 5  # the line overflowed
+    # Sheddable requests gave up their GPU slots before their first token, then the line refused.
+    shed = [i for i, f in daemon.items() if f[4] == "shed" and f[2] == "gpu0"]
+    assert len(shed) == SHED_BURST
+    assert any(f[4] == "queue_full" and i > max(shed) for i, f in daemon.items())
     assert any("cpu1" in f[2] for f in daemon.values())  # the engine that goes down served before and after
 
 
