@@ -51,12 +51,14 @@ def prompt_cell(record: RequestRecordModel) -> str:
 
 def out_of_max(record: RequestRecordModel) -> Text:
     """``out/max``: the engine's count (``~``: counted from the deltas the client got; ``?``:
-    unknown). A count above the maximum is a fault in the record: shown, in red, never hidden."""
+    unknown); with several choices the maximum is theirs together (``48/4x16``). A count above
+    the maximum is a fault in the record: shown, in red, never hidden."""
+    most = f"{record.choices}x{record.max_tokens}" if record.choices > 1 else f"{record.max_tokens}"
     if record.output_tokens is None:
-        return Text(f"?/{record.max_tokens}")
+        return Text(f"?/{most}")
     mark = "~" if record.output_tokens_source == "counted" else ""
-    text = f"{mark}{record.output_tokens}/{record.max_tokens}"
-    if record.output_tokens > record.max_tokens:
+    text = f"{mark}{record.output_tokens}/{most}"
+    if record.output_tokens > record.max_tokens * record.choices:
         return Text(f"{text}!", style="bold red")
     return Text(text)
 
@@ -102,7 +104,8 @@ def request_detail(record: RequestRecordModel) -> RenderableType:
     happened.add_row("queued", "", fmt_duration(record.queued))
     happened.add_row("TPOT", "", fmt_duration(record.tpot))
     out = "?" if record.output_tokens is None else str(record.output_tokens)
-    happened.add_row("tokens", f"prompt {prompt_cell(record)} ({record.prompt_tokens_source}), max {record.max_tokens}",
+    most = f"{record.max_tokens}" + (f" x {record.choices} choices" if record.choices > 1 else "")
+    happened.add_row("tokens", f"prompt {prompt_cell(record)} ({record.prompt_tokens_source}), max {most}",
                      f"{out} out ({record.output_tokens_source or 'unknown'}), {record.outcome}")
     return Group(head, what, Text(""), _inputs_table(record), Text(""), happened, Text(""), _service_text(record),
                  _limits_text(record))

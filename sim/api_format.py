@@ -113,6 +113,7 @@ class ChunkWriter:
         self.continuous_usage = continuous_usage
         self.completion_tokens = 0
         self.stop_reason: str | None = None  # the stop string that ends the answer (on the last chunk)
+        self.index = 0  # the choice its chunks carry (a request with several has a writer per choice)
 
     def _chunk(self, choices: list[dict[str, Any]], with_usage: bool) -> dict[str, Any]:
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
@@ -128,7 +129,8 @@ class ChunkWriter:
         """The role chunk a chat stream opens with (None for completions)."""
         if self.kind != "chat":
             return None
-        choice = {"index": 0, "delta": {"role": self.role, "content": ""}, "logprobs": None, "finish_reason": None}
+        choice = {"index": self.index, "delta": {"role": self.role, "content": ""}, "logprobs": None,
+                  "finish_reason": None}
         return sse(self._chunk([choice], self.continuous_usage))
 
     def content(self, text: str, tokens: int, finish_reason: str | None) -> bytes:
@@ -136,22 +138,25 @@ class ChunkWriter:
         self.completion_tokens += tokens
         if self.kind == "chat":
             delta = {"content": text} if text or finish_reason is None else {}
-            choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            choice: dict[str, Any] = {"index": self.index, "delta": delta, "logprobs": None,
+                                      "finish_reason": finish_reason}
             if finish_reason is not None:
                 choice["stop_reason"] = self.stop_reason
         else:
             stop_reason = self.stop_reason if finish_reason is not None else None
-            choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": finish_reason,
+            choice = {"index": self.index, "text": text, "logprobs": None, "finish_reason": finish_reason,
                       "stop_reason": stop_reason, "prompt_token_ids": None, "token_ids": None}
         return sse(self._chunk([choice], self.continuous_usage))
 
-    def final_usage(self) -> bytes | None:
-        """The usage-only chunk (``choices: []``), when the client asked for it."""
+    def final_usage(self, completion: int | None = None) -> bytes | None:
+        """The usage-only chunk (``choices: []``), when the client asked for it (``completion``:
+        the tokens of every choice, when there are several)."""
         if not self.include_usage:
             return None
         obj = "chat.completion.chunk" if self.kind == "chat" else "text_completion"
+        tokens = self.completion_tokens if completion is None else completion
         return sse({"id": self.rid, "object": obj, "created": self.created, "model": self.model, "choices": [],
-                    "usage": {k: v for k, v in usage(self.prompt_tokens, self.completion_tokens).items() if v is not None}})
+                    "usage": {k: v for k, v in usage(self.prompt_tokens, tokens).items() if v is not None}})
 
     def error(self, body: dict[str, Any]) -> bytes:
         """An error event inside a stream (followed by ``[DONE]``, as vLLM does)."""

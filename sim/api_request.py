@@ -58,6 +58,7 @@ class GenSpec:
     predict_zero: bool = False  # llama.cpp n_predict/max_tokens 0: one token, but the slot keeps only the prompt
     stop: tuple[str, ...] = ()  # stop strings: the answer ends where the first appears, without it
     llama_params: LlamaParams = field(default_factory=LlamaParams)  # what llama.cpp's /slots shows of the request
+    n: int = 1  # choices: sequences generated from the one prompt
 
     @property
     def text_key(self) -> int:
@@ -311,9 +312,9 @@ def parse_request(
     model = served_model if llama else requested_model(body, served_model, check_model)
     stream = bool_field(body, "stream", False)
     include_usage, continuous = _stream_options(body, stream, llama)
-    n = int_field(body, "n", 1)
-    if n is not None and n != 1:
-        raise ApiError("n: the simulator generates one choice per request (n=1)", param="n")
+    # vLLM takes any n from 1; llama-server at most one per slot (checked where the slots are known)
+    n = int_field(body, "n", None if llama else 1)
+    n = 1 if n is None else n
     seed = int_field(body, "seed")
     max_tokens = int_field(body, "max_completion_tokens", 1) if kind == "chat" else None
     if max_tokens is None:
@@ -342,6 +343,9 @@ def parse_request(
     rid_inf = str_field(body, "request_id_inference")
     ktp = _kv_transfer_params(body)
     id_slot = int_field(body, "id_slot")
+    if n > 1 and (ndt is not None or rid_inf is not None or ktp is not None or id_slot is not None):
+        raise ApiError("n: the simulator hands over one sequence: n > 1 with num_decode_tokens, "
+                       "request_id_inference, kv_transfer_params or id_slot is not simulated", param="n")
     params = llama_params(body, chat=kind == "chat", n_predict=n_predict if n_predict is not None else max_tokens,
                           stream=stream, ignore_eos=ignore_eos, seed=seed) if llama else LlamaParams()
     return GenSpec(
@@ -364,4 +368,5 @@ def parse_request(
         predict_zero=predict_zero,
         stop=_stops(body, llama),
         llama_params=params,
+        n=n,
     )

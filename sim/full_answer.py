@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,39 +30,40 @@ from sim.realtime import Handle
 QUIET_SECONDS = 1.0
 
 
-async def _run_on(engine: SimEngine, handle: Handle, left: float) -> tuple[int, str | None]:
-    """A llama.cpp request after its client left at ``left`` (monotonic seconds).
-
-    Returns the tokens it generated since, and its finish reason, or None when a quiet
-    second cancelled it.
-    """
-    generated = 0
-    while True:
+async def _run_on(engine: SimEngine, handle: Handle, left: float, generated: list[int],
+                  reasons: list[str | None]) -> None:
+    """A llama.cpp request after its client left at ``left`` (monotonic seconds): its choices
+    run on (``generated`` and ``reasons`` grow) until they end or a quiet second cancels them."""
+    while any(reason is None for reason in reasons):
         wait = max(left, engine.last_result) + QUIET_SECONDS - time.monotonic()
         if wait <= 0:
-            return generated, None
+            return
         try:
             event = await asyncio.wait_for(handle.events.get(), wait)
         except asyncio.TimeoutError:  # the builtin TimeoutError only from Python 3.11
             continue  # look again: another result may have come in the meantime
-        generated += event.tokens
+        generated[event.choice] += event.tokens
         if event.finish_reason is not None:
-            return generated, event.finish_reason
+            reasons[event.choice] = event.finish_reason
 
 
-async def _collect(engine: SimEngine, handle: Handle, gone: asyncio.Future[Any]) -> tuple[int, str | None, bool]:
-    """Tokens generated, the finish reason (None: cancelled) and whether the client left."""
-    generated = 0
+async def _collect(engine: SimEngine, handle: Handle, gone: asyncio.Future[Any],
+                   n: int) -> tuple[list[int], list[str | None], bool]:
+    """Tokens generated and the finish reason (None: cancelled) of each of ``n`` choices (their
+    events come on ``handle``'s queue), and whether the client left."""
+    generated: list[int] = [0] * n
+    reasons: list[str | None] = [None] * n
     while True:
         event = await next_event(handle, gone)
         if event is None:
-            if engine.dialect != "llamacpp":
-                return generated, None, True
-            more, reason = await _run_on(engine, handle, time.monotonic())
-            return generated + more, reason, True
-        generated += event.tokens
+            if engine.dialect == "llamacpp":
+                await _run_on(engine, handle, time.monotonic(), generated, reasons)
+            return generated, reasons, True
+        generated[event.choice] += event.tokens
         if event.finish_reason is not None:
-            return generated, event.finish_reason, False
+            reasons[event.choice] = event.finish_reason
+            if all(reason is not None for reason in reasons):
+                return generated, reasons, False
 
 
 @dataclass(frozen=True)
@@ -77,29 +78,57 @@ class Finished:
 async def finished(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
                    disconnected: Callable[[], asyncio.Future[Any]]) -> Finished | None:
     """Wait for the whole answer; None if the client went away (the request is then aborted, see above)."""
+    done = await finished_choices(engine, spec, [(plan, handle)], disconnected)
+    return done[0] if done is not None else None
+
+
+async def finished_choices(engine: SimEngine, spec: GenSpec, choices: Sequence[tuple[Plan, Handle]],
+                           disconnected: Callable[[], asyncio.Future[Any]]) -> list[Finished] | None:
+    """Wait for every choice of the whole answer; None if the client went away (all are then aborted)."""
     gone = disconnected()
     try:
-        generated, reason, left = await _collect(engine, handle, gone)
+        generated, reasons, left = await _collect(engine, choices[0][1], gone, len(choices))
     finally:
         gone.cancel()
-        engine.done(plan.core_rid)
-    if reason is None:
-        engine.live.abort(plan.core_rid)
+        for plan, _ in choices:
+            engine.done(plan.core_rid)
+    if any(reason is None for reason in reasons):
+        for plan, _ in choices:
+            engine.live.abort(plan.core_rid)
         return None
-    engine.live.forget(plan.core_rid)
+    out = []
+    for (plan, _), tokens, reason in zip(choices, generated, reasons, strict=True):
+        assert reason is not None
+        engine.live.forget(plan.core_rid)
+        out.append(Finished(tokens, reason, after_finish(engine, spec, plan, tokens, reason)))
     engine.result_posted()
-    params = after_finish(engine, spec, plan, generated, reason)
     if left:
         return None  # it ran to its end for nobody
-    return Finished(generated, reason, params)
+    return out
 
 
-async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Handle,
+async def full_answer(engine: SimEngine, spec: GenSpec, choices: Sequence[tuple[Plan, Handle]],
                       disconnected: Callable[[], asyncio.Future[Any]], native: bool = False) -> dict[str, Any] | None:
-    """The whole answer's body in the engine's format; None if the client went away."""
-    done = await finished(engine, spec, plan, handle, disconnected)
+    """The whole answer's body in the engine's format; None if the client went away.
+
+    Several choices: vLLM's usage counts the prompt once and every choice's tokens;
+    llama-server's (and its ``timings``) are the first choice's alone, as the real one reports.
+    """
+    done = await finished_choices(engine, spec, choices, disconnected)
     if done is None:
         return None
+    answer = _one(engine, spec, choices[0], done[0], sum(d.generated for d in done), native)
+    for i, ((plan, handle), each) in enumerate(zip(choices, done, strict=True)):
+        if i:
+            choice = _one(engine, spec, (plan, handle), each, each.generated, native)["choices"][0]
+            answer["choices"].append({**choice, "index": i})
+    return answer
+
+
+def _one(engine: SimEngine, spec: GenSpec, choice: tuple[Plan, Handle], done: Finished, completion: int,
+         native: bool) -> dict[str, Any]:
+    """The answer of one choice (``completion``: the usage's tokens, vLLM's of every choice)."""
+    plan, handle = choice
     generated, reason, params = done.generated, done.reason, done.kv_transfer_params
     text = plan.text(generated, reason)
     if native:
@@ -114,5 +143,5 @@ async def full_answer(engine: SimEngine, spec: GenSpec, plan: Plan, handle: Hand
                               plan.sim.context_tokens, generated, plan.sim.kv_ready_tokens,
                               llama_timings(handle, generated), role=spec.role)
     return full_response(spec.kind, plan.response_id, int(time.time()), spec.model, text, reason,
-                         plan.sim.context_tokens, generated, role=spec.role, kv_transfer_params=params,
+                         plan.sim.context_tokens, completion, role=spec.role, kv_transfer_params=params,
                          stop_reason=plan.stop_word if reason == "stop" else None)

@@ -146,6 +146,21 @@ def plan_request(engine: SimEngine, spec: GenSpec, x_request_id: str | None) -> 
     return Plan(response_id, base, core_rid, key, offset, sim, handoff, slot, stop=hit)
 
 
+def plan_choice(engine: SimEngine, spec: GenSpec, first: Plan, choice: int) -> Plan:
+    """Choice ``choice`` (> 0) of a request with several: the first's prompt and answer id, a text
+    (and length) of its own, its own core request. It finds the prompt computed: vLLM's prefix
+    cache shares it (the blocks are cached as they are allocated, so even a choice scheduled in
+    the same step finds them), llama-server copies the first choice's slot; like the first
+    choice it computes the prompt's last token."""
+    key = textgen.request_key(f"{first.text_key}\x00choice {choice}", spec.seed)
+    tokens, reason, hit = _size(engine, spec, key, first.offset)
+    context = spec.prompt_tokens
+    sim = SimRequest(rid=uuid.uuid4().hex, context_tokens=context, max_new_tokens=tokens, finish_reason=reason,
+                     kv_ready_tokens=max(first.sim.kv_ready_tokens, context - 1))
+    return Plan(first.response_id, first.request_id, sim.rid, key, first.offset, sim, None,
+                engine.choose_slot(spec), stop=hit)
+
+
 def after_finish(engine: SimEngine, spec: GenSpec, plan: Plan, generated: int, reason: str | None) -> dict[str, Any] | None:
     """Export KV for a later decode; returns the response's kv_transfer_params."""
     kv_tokens = plan.sim.context_tokens + max(0, generated - 1)

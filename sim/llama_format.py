@@ -59,7 +59,7 @@ class LlamaChunkWriter(ChunkWriter):
         """The role chunk of a chat stream (``content: null``); None for completions."""
         if self.kind != "chat":
             return None
-        return self._llama_chunk([{"finish_reason": None, "index": 0,
+        return self._llama_chunk([{"finish_reason": None, "index": self.index,
                                    "delta": {"role": self.role, "content": None}}])
 
     def content(self, text: str, tokens: int, finish_reason: str | None) -> bytes:
@@ -70,21 +70,22 @@ class LlamaChunkWriter(ChunkWriter):
         # (a stop string may be forming); a chat stream skips empty deltas
         if text or (tokens and self.kind != "chat"):
             if self.kind == "chat":
-                choice: dict[str, Any] = {"finish_reason": None, "index": 0, "delta": {"content": text}}
+                choice: dict[str, Any] = {"finish_reason": None, "index": self.index, "delta": {"content": text}}
             else:
-                choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": None}
+                choice = {"text": text, "index": self.index, "logprobs": None, "finish_reason": None}
             out += self._llama_chunk([choice])
         if finish_reason is not None:
             if self.kind == "chat":
-                out += self._llama_chunk([{"finish_reason": finish_reason, "index": 0, "delta": {}}],
+                out += self._llama_chunk([{"finish_reason": finish_reason, "index": self.index, "delta": {}}],
                                          timings=self.timings)
             else:
-                last = {"text": "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
+                last = {"text": "", "index": self.index, "logprobs": None, "finish_reason": finish_reason}
                 out += self._llama_chunk([last], usage=self._usage(), timings=self.timings)
         return out
 
-    def final_usage(self) -> bytes | None:
-        """Chat with ``include_usage``: a ``choices: []`` chunk with usage and timings."""
+    def final_usage(self, completion: int | None = None) -> bytes | None:
+        """Chat with ``include_usage``: a ``choices: []`` chunk with usage and timings (its own
+        choice's: llama-server sends one after each choice's last chunk)."""
         if self.kind != "chat" or not self.include_usage:
             return None
         return self._llama_chunk([], usage=self._usage(), timings=self.timings)

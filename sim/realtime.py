@@ -24,10 +24,11 @@ EXIT_SOFTWARE = 70  # sysexits.h EX_SOFTWARE
 
 @dataclass(frozen=True)
 class TokenEvent:
-    """New tokens for one request, or its end."""
+    """New tokens for one request, or its end (``choice``: which of a request's ``n`` sequences)."""
 
     tokens: int
     finish_reason: str | None = None
+    choice: int = 0
 
 
 def _crash_on_error(task: asyncio.Task[None]) -> None:
@@ -38,11 +39,16 @@ def _crash_on_error(task: asyncio.Task[None]) -> None:
 
 
 class Handle:
-    """A submitted request as its HTTP handler sees it."""
+    """A submitted request as its HTTP handler sees it.
 
-    def __init__(self, seq: Seq) -> None:
+    The sequences of one request with several choices share one queue of events, each event
+    marked with its sequence's ``choice``.
+    """
+
+    def __init__(self, seq: Seq, events: asyncio.Queue[TokenEvent] | None = None, choice: int = 0) -> None:
         self.seq = seq
-        self.events: asyncio.Queue[TokenEvent] = asyncio.Queue()
+        self.events: asyncio.Queue[TokenEvent] = events if events is not None else asyncio.Queue()
+        self.choice = choice
 
     @property
     def rid(self) -> str:
@@ -102,10 +108,10 @@ class LiveEngine:
                 pass
             self._task = None
 
-    def submit(self, req: SimRequest) -> Handle:
-        """Queue a request now."""
+    def submit(self, req: SimRequest, events: asyncio.Queue[TokenEvent] | None = None, choice: int = 0) -> Handle:
+        """Queue a request now (``events``, ``choice``: another choice of a request already queued)."""
         seq = self.core.submit(req, at=self.vnow())
-        handle = Handle(seq)
+        handle = Handle(seq, events, choice)
         self._handles[req.rid] = handle
         self._wake.set()
         return handle
@@ -180,8 +186,8 @@ class LiveEngine:
             handle = self._handles.get(seq.rid)
             if handle is not None and handle.seq is seq:
                 reason = seq.finish_reason if id(seq) in finished else None
-                handle.events.put_nowait(TokenEvent(n, reason))
+                handle.events.put_nowait(TokenEvent(n, reason, handle.choice))
         for seq in result.finished:
             handle = self._handles.get(seq.rid)
             if handle is not None and handle.seq is seq and not any(s is seq for s, _ in result.tokens):
-                handle.events.put_nowait(TokenEvent(0, seq.finish_reason))
+                handle.events.put_nowait(TokenEvent(0, seq.finish_reason, handle.choice))

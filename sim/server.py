@@ -19,6 +19,7 @@ import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from typing import Any
 
 from starlette.applications import Starlette
@@ -139,13 +140,30 @@ class _Routes:
             return raw, Response(GARBAGE, status_code=200, media_type=media)
         return raw, None
 
-    def _start(self, request: Request, spec: GenSpec) -> tuple[Plan, Handle]:
-        """Plan a parsed request and put it on the engine core."""
+    def _start(self, request: Request, spec: GenSpec) -> list[tuple[Plan, Handle]]:
+        """Plan a parsed request and put it on the engine core: a sequence per choice, their
+        events on one queue."""
         engine = self.engine
-        plan = generation.plan_request(engine, spec, request.headers.get("x-request-id"))
-        handle = engine.live.submit(plan.sim)
-        plan.task = engine.started(plan.core_rid, plan.slot, spec.llama_params)
-        return plan, handle
+        first = generation.plan_request(engine, spec, request.headers.get("x-request-id"))
+        out: list[tuple[Plan, Handle]] = []
+        for i in range(spec.n):
+            # a later choice's llama.cpp slot is chosen once the earlier ones hold theirs
+            plan = first if i == 0 else generation.plan_choice(engine, spec, first, i)
+            handle = engine.live.submit(plan.sim, out[0][1].events if out else None, i)
+            plan.task = engine.started(plan.core_rid, plan.slot, spec.llama_params)
+            out.append((plan, handle))
+        return out
+
+    def _check_choices(self, spec: GenSpec, native: bool) -> GenSpec:
+        """``spec`` if its ``n`` can be served: llama-server runs each choice in a slot of its own."""
+        if self.dialect != "llamacpp":
+            return spec
+        if native:
+            return replace(spec, n=1)  # the native route answers one completion
+        slots = len(self.engine.slots)
+        if not 1 <= spec.n <= slots:
+            raise ApiError(f"Field 'n': Value must be between 1 <= value <= {slots}, but got {spec.n}")
+        return spec
 
     @staticmethod
     def _watcher(request: Request) -> Callable[[], asyncio.Future[Any]]:
@@ -183,15 +201,17 @@ class _Routes:
             if native and spec.stream:
                 raise ApiError("the simulator's /completion does not stream; use /v1/completions", 501,
                                "not_supported_error")
+            spec = self._check_choices(spec, native)
         except ApiError as exc:
             return self.api_error(exc)
-        plan, handle = self._start(request, spec)
+        choices = self._start(request, spec)
+        plan, handle = choices[0]
         headers = generation.response_headers(plan)
         disconnected = self._watcher(request)
         if spec.stream:
             return await self._stream(plan, handle, disconnected, headers,
-                                      lambda early: stream_answer(engine, spec, plan, handle, disconnected, early))
-        answer = await full_answer(engine, spec, plan, handle, disconnected, native=native)
+                                      lambda early: stream_answer(engine, spec, choices, disconnected, early))
+        answer = await full_answer(engine, spec, choices, disconnected, native=native)
         if answer is None:
             return Response(status_code=499)
         return JSONResponse(answer, headers=headers)
@@ -213,7 +233,7 @@ class _Routes:
         except ApiError as exc:
             return self.api_error(exc)
         created = int(time.time())
-        plan, handle = self._start(request, spec)
+        plan, handle = self._start(request, spec)[0]
         plan.response_id = params.response_id if params is not None else f"resp_{uuid.uuid4().hex}"
         headers = generation.response_headers(plan)
         disconnected = self._watcher(request)

@@ -46,13 +46,15 @@ async def first_event(engine: SimEngine, plan: Plan, handle: Handle,
 
 
 async def relay(engine: SimEngine, plan: Plan, handle: Handle, disconnected: Callable[[], asyncio.Future[Any]],
-                writes: Writes, opening: Sequence[bytes] = (), early: TokenEvent | None = None) -> AsyncIterator[bytes]:
+                writes: Writes, opening: Sequence[bytes] = (), early: TokenEvent | None = None,
+                others: Sequence[Plan] = ()) -> AsyncIterator[bytes]:
     """The body: ``opening``, then what each token event becomes, until the last or the client leaves.
 
     Events already queued when one arrives go into the same write (a host running behind).
     ``early`` is a first event already taken from the queue (:func:`first_event`). Under the
     ``die_mid_stream`` fault each piece is its own write and the process ends after a few.
-    A client that goes away aborts the request.
+    A client that goes away aborts the request. ``others``: the request's other choices
+    (their events come on ``handle``'s queue), ended with it.
     """
     die = engine.faults.take_mid_stream_death()
     sent = 0
@@ -81,6 +83,7 @@ async def relay(engine: SimEngine, plan: Plan, handle: Handle, disconnected: Cal
                 batch += writes.of(handle.events.get_nowait())  # late: what is queued goes in the same write
     finally:
         gone.cancel()
-        engine.done(plan.core_rid)
-        if not writes.finished:
-            engine.live.abort(plan.core_rid)
+        for each in (plan, *others):
+            engine.done(each.core_rid)
+            if not writes.finished:
+                engine.live.abort(each.core_rid)

@@ -20,6 +20,12 @@ CHARS_PER_TOKEN = 4.0
 MESSAGE_OVERHEAD = 4
 
 
+#: The header ``syshax calibrate`` marks its probe requests with (``x-syshax-probe: calibrate``),
+#: and the prefix of the request ids it gives them (``sim.calibrate.identity`` sends both).
+PROBE_HEADER = b"x-syshax-probe"
+PROBE_ID_PREFIX = "syshax-probe-"
+
+
 def estimate_tokens(text: str) -> int:
     """A deterministic prompt-token estimate: ~4 characters per token, at least 1."""
     return max(1, math.ceil(len(text) / CHARS_PER_TOKEN))
@@ -80,6 +86,9 @@ class ParsedRequest:
     ask: ServiceAsk = NO_ASK
     #: The client's W3C trace context (``traceparent``, ``tracestate``), when it sent one.
     trace: tuple[tuple[str, str], ...] = ()
+    n: int = 1  # choices asked for: the engine runs that many sequences
+    #: Marked as a probe of ``syshax calibrate`` (:data:`PROBE_HEADER`): served, never recorded.
+    probe: bool = False
     #: The name of the API key that authenticated it (never the secret); None without keys.
     api_key_name: str | None = None
 

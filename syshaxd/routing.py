@@ -67,6 +67,9 @@ class RequestFeatures:
     waited: float = 0.0
     #: Its service class (targets, priority, whether it may be shed).
     level: ServiceLevel = DEFAULT_LEVEL
+    #: Choices asked for (the body's ``n``): the engine runs that many sequences, each up to
+    #: ``max_tokens``, over one prompt (vLLM shares it through its prefix cache).
+    n: int = 1
 
 
 @dataclass(frozen=True)

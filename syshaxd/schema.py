@@ -118,6 +118,9 @@ class RequestRecordModel(_Wire):
     #: "counted" (the deltas the client got); None when unknown.
     output_tokens_source: str | None = None
     prompt_tokens_source: str = "estimate"  # "usage", "timings", or "estimate" (syshaxd's own)
+    #: The choices it asked for (``n``): output_tokens is their sum, at most choices x max_tokens;
+    #: tpot is the longest choice's (they decode side by side).
+    choices: int = 1
     api_key_name: str | None = None  # the name of the API key it came with (never the secret); None: no keys
     #: The reason syshaxd refused it (its x-syshax-refused-reason: queue_full, shed, ...); a
     #: request with a decision and ``shed`` gave up its GPU slot before its first byte.
@@ -218,6 +221,8 @@ class ConductorStatsModel(_Wire):
     reasons: dict[str, int] = Field(default_factory=dict)  # short reason -> count
     outcomes: dict[str, int] = Field(default_factory=dict)  # "ok", "error", "timeout", ...
     resubmits_total: int = 0
+    #: Requests marked as ``syshax calibrate``'s probes: served, left out of the request records.
+    probe_requests_total: int = 0
     decision_accuracy: float | None = None  # share of estimates within tolerance
     policy: str = ""
     auto_pd_offload: bool = False

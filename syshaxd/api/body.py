@@ -21,6 +21,10 @@ from syshaxd.request import (
     estimate_tokens,
 )
 
+#: The most choices (``n``) one request may ask for. Each runs as a sequence of its own on the
+#: engine, booked as such: a larger ``n`` would take a batch's worth of sequences at once.
+MAX_CHOICES = 16
+
 
 def _bad(message: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, param=param)
@@ -99,6 +103,18 @@ def _json_object(raw: bytes) -> dict[str, Any]:
     return body
 
 
+def _choices(value: Any) -> int:
+    """The body's ``n`` (choices), checked: 1 when absent."""
+    if value is None:
+        return 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(f"'n' must be an integer, got {json.dumps(value)[:40]}", "n")
+    if not 1 <= value <= MAX_CHOICES:
+        raise _bad(f"'n' must be from 1 to {MAX_CHOICES}, got {value}: each choice runs as a sequence of its "
+                   "own; send several requests for more", "n")
+    return value
+
+
 def _priority(value: Any) -> int | None:
     """The body's ``priority`` in vLLM's convention (lower first), checked."""
     if value is None:
@@ -112,14 +128,16 @@ def _priority(value: Any) -> int | None:
 
 
 def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_ASK,
-                  trace: tuple[tuple[str, str], ...] = (), api_key_name: str | None = None) -> ParsedRequest:
+                  trace: tuple[tuple[str, str], ...] = (), probe: bool = False,
+                  api_key_name: str | None = None) -> ParsedRequest:
     """Validate a request body and fill in the default model and token limit.
 
     ``ask`` is what the request's headers asked of its service level; the body's ``priority``
     joins it and leaves the body (the conductor forwards the class's priority to the engines
     only when ``service.forward_priority`` says so: an engine without priority scheduling
-    refuses the field). ``trace``: the client's W3C trace context headers; ``api_key_name``: the
-    name of the key the guard let it in with.
+    refuses the field). ``trace``: the client's W3C trace context headers; ``probe``: the
+    request is marked as calibrate's probe; ``api_key_name``: the name of the key the guard let
+    it in with.
 
     Raises:
         ApiError: 400 with a precise message for anything the engines could not serve.
@@ -144,12 +162,7 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         raise _bad("'stream_options' must be an object", "stream_options")
     include_usage = bool(options and options.get("include_usage"))
 
-    n = body.get("n")
-    if n is not None:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise _bad("'n' must be a positive integer", "n")
-        if n > 1:
-            raise _bad("'n' > 1 is not supported: send one request per choice", "n")
+    n = _choices(body.get("n"))
 
     max_completion = _positive_int(body, "max_completion_tokens")
     max_plain = _positive_int(body, "max_tokens")
@@ -186,5 +199,7 @@ def parse_request(raw: bytes, kind: Kind, config: Config, ask: ServiceAsk = NO_A
         temperature=float(temperature) if temperature is not None else None,
         ask=ask,
         trace=trace,
+        n=n,
+        probe=probe,
         api_key_name=api_key_name,
     )

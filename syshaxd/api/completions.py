@@ -20,7 +20,7 @@ from syshaxd.api.server import Handler
 from syshaxd.conductor import Dispatcher
 from syshaxd.config import Config
 from syshaxd.errors import ApiError
-from syshaxd.request import NO_ASK, Kind, ServiceAsk
+from syshaxd.request import NO_ASK, PROBE_HEADER, PROBE_ID_PREFIX, Kind, ServiceAsk
 from syshaxd.routing import Mode
 
 #: path -> (request kind, forced mode, summary for the API docs)
@@ -38,13 +38,16 @@ _CLASS_NAME = re.compile(rb"^[A-Za-z0-9._-]{1,64}$")
 _MILLISECONDS = re.compile(rb"^[0-9]{1,9}(\.[0-9]{1,3})?$")
 
 
-#: The headers a completion reads beside the body: its service level and its trace context.
-_ASKING = frozenset({b"x-syshax-class", b"x-slo-ttft-ms", b"x-slo-tpot-ms", b"traceparent", b"tracestate"})
+#: The headers a completion reads beside the body: its service level, its trace context and
+#: calibrate's probe mark.
+_ASKING = frozenset({b"x-syshax-class", b"x-slo-ttft-ms", b"x-slo-tpot-ms", b"traceparent", b"tracestate",
+                     PROBE_HEADER})
 
 
-def asked(request: Request) -> tuple[ServiceAsk, tuple[tuple[str, str], ...]]:
-    """What the headers ask of the request's service level, and the client's W3C trace context
-    (as sent: the tracer checks it), read in one pass over the headers.
+def asked(request: Request) -> tuple[ServiceAsk, tuple[tuple[str, str], ...], bool]:
+    """What the headers ask of the request's service level, the client's W3C trace context
+    (as sent: the tracer checks it), and whether it is marked as calibrate's probe, read in one
+    pass over the headers.
 
     Raises:
         ApiError: 400 naming the header, for a malformed service-level value.
@@ -54,11 +57,11 @@ def asked(request: Request) -> tuple[ServiceAsk, tuple[tuple[str, str], ...]]:
         if key in _ASKING and key not in found:
             found[key] = value
     if not found:
-        return NO_ASK, ()
+        return NO_ASK, (), False
     trace = tuple((name.decode(), found[name].decode("latin-1")) for name in (b"traceparent", b"tracestate")
                   if name in found and len(found[name]) <= 512)
     ask = _service_ask(found.get(b"x-syshax-class"), found.get(b"x-slo-ttft-ms"), found.get(b"x-slo-tpot-ms"))
-    return ask, trace
+    return ask, trace, PROBE_HEADER in found
 
 
 def _service_ask(name: bytes | None, ttft: bytes | None, tpot: bytes | None) -> ServiceAsk:
@@ -98,8 +101,12 @@ def completion_routes(dispatcher: Dispatcher[Any], config: Config) -> dict[str, 
                 raise ApiError(405, f"{request.method} {request.path}: Method Not Allowed", code="405",
                                headers={"Allow": "POST"})
             _check_content_type(request.header(b"content-type"))
-            parsed = parse_request(request.body, kind, config, *asked(request), api_key_name=request.api_key_name)
-            return dispatcher.start(parsed, response, forced, request_id(request))
+            ask, trace, probe = asked(request)
+            rid = request_id(request)
+            # calibrate marks a probe both ways (sim.calibrate.identity); either one is enough
+            probe = probe or (rid is not None and rid.startswith(PROBE_ID_PREFIX))
+            parsed = parse_request(request.body, kind, config, ask, trace, probe, api_key_name=request.api_key_name)
+            return dispatcher.start(parsed, response, forced, rid)
 
         return handle
 

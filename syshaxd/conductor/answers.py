@@ -89,7 +89,7 @@ class StreamRelay(CompletionRelay):
         super().__init__(loop, flight, engine, reply, timeout_message)
         self._decoder = Decoder(strict=True)
         self._sniffed = 0
-        self._counter = StreamCounter()  # what the engine sent, as it goes to the client
+        self._counter = StreamCounter(flight.parsed.n)  # what the engine sent, as it goes to the client
         self._strip = asks_usage(flight, engine)  # keep back the usage the client did not ask for
         self._partial = b""  # an event not yet complete, kept back while stripping
 

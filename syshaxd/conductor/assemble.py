@@ -4,7 +4,10 @@ llama-server notices that a client left a *non-streamed* request only after a fu
 in which nothing else happened on the server, and every ``/metrics`` or ``/slots`` scrape
 (the monitor's) resets that wait: an abandoned request runs to its end. Streamed requests
 stop as soon as the connection closes. So the conductor always streams from such an
-engine and builds the one JSON answer the client asked for here.
+engine and builds the one JSON answer the client asked for here. Its ``usage`` covers every
+choice, as vLLM's does: llama-server streams each choice's count apart (and its own whole
+answer of several choices reports one choice's count), so they are summed as the request's
+record sums them (:mod:`syshaxd.conductor.tally`).
 """
 
 from __future__ import annotations
@@ -58,12 +61,14 @@ class Assembler:
         self.choices: dict[int, _Choice] = {}
         self.usage: dict[str, Any] | None = None
         self.timings: dict[str, Any] | None = None
+        self.counts = StreamCounter()  # every choice's usage, summed
 
     def add(self, chunk: dict[str, Any]) -> None:
         """Take one decoded ``data:`` event."""
         for key in ("id", "created", "model", "system_fingerprint"):
             if key not in self.top and chunk.get(key) is not None:
                 self.top[key] = chunk[key]
+        self.counts.add(chunk, 0.0)
         if isinstance(chunk.get("usage"), dict):
             self.usage = chunk["usage"]
         if isinstance(chunk.get("timings"), dict):
@@ -108,10 +113,22 @@ class Assembler:
         if "system_fingerprint" in self.top:
             out["system_fingerprint"] = self.top["system_fingerprint"]
         if self.usage is not None:
-            out["usage"] = self.usage
+            out["usage"] = self._usage(self.usage)
         if self.timings is not None:
             out["timings"] = self.timings
         return out
+
+    def _usage(self, last: dict[str, Any]) -> dict[str, Any]:
+        """The last usage reported, with the completion tokens of every choice."""
+        counted = self.counts.tally()
+        if counted.output_source != "usage" or counted.output_tokens is None:
+            return last
+        prompt = counted.prompt_tokens if counted.prompt_tokens is not None else last.get("prompt_tokens")
+        usage = {**last, "completion_tokens": counted.output_tokens}
+        if isinstance(prompt, int):
+            usage["prompt_tokens"] = prompt
+            usage["total_tokens"] = prompt + counted.output_tokens
+        return usage
 
     def _render(self, index: int, choice: _Choice) -> dict[str, Any]:
         logprobs = {"content": choice.logprobs} if choice.logprobs else None

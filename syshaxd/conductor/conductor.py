@@ -181,6 +181,7 @@ class Conductor:
             has_num_decode_tokens=parsed.has_num_decode_tokens,
             request_id=request_id,
             level=level,
+            n=parsed.n,
         )
         ticket = self.core.ticket(request_id, features, time.monotonic(), age)
         flight = BookedFlight(request_id, parsed, ticket, self)
@@ -370,6 +371,7 @@ class Conductor:
             reasons=dict(stats.by_reason.most_common(20)),
             outcomes=dict(stats.by_outcome),
             resubmits_total=stats.resubmits_total,
+            probe_requests_total=stats.probe_requests_total,
             decision_accuracy=stats.accuracy(),
             policy=self.runtime.policy_name,
             auto_pd_offload=self.runtime.limits().auto_pd_offload,

@@ -245,7 +245,7 @@ class Dispatcher(Generic[F]):
             response.close()
             flight.release(up)
             raise flight.revoked
-        counter = StreamCounter()  # the tokens' times as read here: where a streaming client sees them
+        counter = StreamCounter(flight.parsed.n)  # the tokens' times as read here: where a streaming client sees them
         try:
             flight.first_byte(up)  # this engine sends its headers with the first token
             data = await asyncio.wait_for(assemble(response, up.name, flight.parsed.kind == "chat", counter),

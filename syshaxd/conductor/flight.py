@@ -278,8 +278,10 @@ class BookedFlight:
             ticket.decided - ticket.arrived if ticket.decided is not None else None, self.ttft, e2e,
             ticket.features.level.name, limits.ttft_target, limits.tpot_target, gpu, cpu,
             output_source=tally.output_source, prompt_source=tally.prompt_source or "estimate", decode=tally.decode,
-            api_key_name=parsed.api_key_name, refused=self.refused)
-        self.host.books.records.add(record)
+            choices=parsed.n, longest=tally.longest, probe=parsed.probe, api_key_name=parsed.api_key_name,
+            refused=self.refused)
+        if not self.host.books.records.add(record):
+            self.host.books.stats.record_probe()
         self.host.books.stats.record_class(record.service_class, outcome, record.met(record.tpot()))
 
     def _end_span(self, outcome: str, tokens: int | None, prompt: int | None) -> None:

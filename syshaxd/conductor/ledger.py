@@ -112,7 +112,8 @@ class LedgerSession(Wire):
                                include_usage=False, max_tokens=m["max_tokens"], prompt_tokens=m["prompt_tokens"],
                                has_num_decode_tokens=m["num_decode"], messages=m.get("messages") or 0,
                                temperature=m.get("temperature"), ask=ServiceAsk.from_wire(m.get("ask")),
-                               trace=tuple((m.get("trace") or {}).items()), api_key_name=m.get("key"))
+                               trace=tuple((m.get("trace") or {}).items()), api_key_name=m.get("key"),
+                               n=int(m.get("n") or 1), probe=bool(m.get("probe")))
         forced = Mode(m["forced"]) if m.get("forced") else None
         age = float(m.get("age") or 0.0)  # time the request spent in the worker before this
         try:

@@ -2,7 +2,9 @@
 
 Every request that ends (any way) leaves one :class:`Record`: when it arrived, its size, the
 decision with the engines as the policy saw them and the limits it applied, and what
-happened. Never prompt text. Keeping one costs a small object per request: the snapshot the
+happened. Never prompt text. Requests marked as ``syshax calibrate``'s probes are served but
+not kept: they measured an engine, they are not traffic (the conductor counts them,
+``syshax_probe_requests_total``). Keeping one costs a small object per request: the snapshot the
 policy saw is kept by reference (it is immutable) and turned into
 :class:`~syshaxd.schema.RequestRecordModel` only when someone reads it (``GET /v1/requests``,
 the console's requests view, ``syshax advise``). With ``logging.requests_file`` each record is
@@ -50,6 +52,9 @@ class Record:
     decode: float | None = None  # seconds from the first token written to the client to the last
     api_key_name: str | None = None  # the key it came with, by name
     refused: str | None = None  # the core's reason when it refused the request (or took it back)
+    choices: int = 1  # the request's n: output_tokens is the sum over them
+    longest: int | None = None  # several choices: the tokens of the longest (syshaxd.conductor.tally)
+    probe: bool = False  # calibrate's probe: served, never kept
 
     def met(self, tpot: float | None) -> bool | None:
         """Whether it was answered whole within its own targets (None: not answered)."""
@@ -63,9 +68,11 @@ class Record:
 
     def tpot(self) -> float | None:
         """Seconds per output token after the first, from the times the first and last token
-        were written to the client; None when those were not seen (a whole answer)."""
-        if self.decode is not None and self.output_tokens is not None and self.output_tokens > 1:
-            return self.decode / (self.output_tokens - 1)
+        were written to the client; None when those were not seen (a whole answer). Several
+        choices decode side by side: the tokens are the longest choice's."""
+        tokens = self.output_tokens if self.choices <= 1 else self.longest
+        if self.decode is not None and tokens is not None and tokens > 1:
+            return self.decode / (tokens - 1)
         return None
 
     def model(self) -> RequestRecordModel:
@@ -85,7 +92,7 @@ class Record:
             tpot_target=self.tpot_target, met=self.met(tpot), gpu_seconds=round(self.gpu_seconds, 6),
             cpu_core_seconds=round(self.cpu_core_seconds, 6), output_tokens_source=self.output_source,
             prompt_tokens_source=self.prompt_source, api_key_name=self.api_key_name,
-            refused=self.refused)
+            refused=self.refused, choices=self.choices)
 
 
 class RequestLog:
@@ -105,13 +112,17 @@ class RequestLog:
             self._file.setLevel(logging.INFO)
             self._file.addHandler(handler)
 
-    def add(self, record: Record) -> None:
-        """Keep a finished request (and write it to the file, when there is one)."""
+    def add(self, record: Record) -> bool:
+        """Keep a finished request (and write it to the file, when there is one); False for a
+        probe, which is not kept."""
+        if record.probe:
+            return False
         self.total += 1
         if self.records.maxlen:
             self.records.append(record)
         if self._file is not None:
             self._file.info(record.model().model_dump_json(exclude_none=True))
+        return True
 
     def models(self, limit: int | None = None) -> list[RequestRecordModel]:
         """The last ``limit`` records (all kept when None), oldest first."""

@@ -59,7 +59,8 @@ class RemoteConductor(Wire):
         request_id = request_id or os.urandom(16).hex()
         features = RequestFeatures(prompt_tokens=parsed.prompt_tokens, max_tokens=parsed.max_tokens,
                                    stream=parsed.stream, forced_mode=forced_mode,
-                                   has_num_decode_tokens=parsed.has_num_decode_tokens, request_id=request_id)
+                                   has_num_decode_tokens=parsed.has_num_decode_tokens, request_id=request_id,
+                                   n=parsed.n)
         return RemoteFlight(self, next(self._ids), request_id, parsed, features,
                             time.monotonic() + self.request_timeout)
 
@@ -83,7 +84,7 @@ class RemoteConductor(Wire):
         self.send({"op": "admit", "f": flight.fid, "id": flight.request_id, "kind": p.kind, "stream": p.stream,
                    "max_tokens": p.max_tokens, "prompt_tokens": p.prompt_tokens, "num_decode": p.has_num_decode_tokens,
                    "model": p.model, "messages": p.messages, "temperature": p.temperature, "ask": p.ask.wire(),
-                   "trace": dict(p.trace), "key": p.api_key_name,
+                   "trace": dict(p.trace), "key": p.api_key_name, "n": p.n, "probe": p.probe,
                    "forced": flight.features.forced_mode.value if flight.features.forced_mode else None,
                    "age": time.monotonic() - flight.t0})
         try:

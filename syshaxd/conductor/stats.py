@@ -41,6 +41,7 @@ class Stats:
     by_outcome: Counter[str] = field(default_factory=Counter)
     requests_total: int = 0
     resubmits_total: int = 0
+    probe_requests_total: int = 0  # calibrate's probes: served, not recorded
     accurate: int = 0
     estimated: int = 0
 
@@ -54,6 +55,9 @@ class Stats:
             ["policy", "device", "mode", "reason"], registry=r,
         )
         self.m_resubmits = PromCounter("syshax_resubmits", "Requests resubmitted to the other device", registry=r)
+        self.m_probes = PromCounter(
+            "syshax_probe_requests", "Requests marked as syshax calibrate's probes: served, left out of the "
+            "request records", registry=r)
         self.m_ttft = Histogram(
             "syshax_time_to_first_token_seconds", "Time to first byte of the answer",
             ["device", "mode"], buckets=LATENCY_BUCKETS, registry=r,
@@ -141,6 +145,11 @@ class Stats:
         """Count a request resubmitted to the other device."""
         self.resubmits_total += 1
         self.m_resubmits.inc()
+
+    def record_probe(self) -> None:
+        """Count a probe of ``syshax calibrate`` the request records leave out."""
+        self.probe_requests_total += 1
+        self.m_probes.inc()
 
     def record_class(self, service_class: str, outcome: str, met: bool | None, now: float | None = None) -> None:
         """Count a finished request of a class, and whether it met its own targets."""

@@ -3,7 +3,10 @@
 The monitor's scrapes say what an engine reports; the ledger says what the core has placed
 there: ``inflight`` (not finished), ``scheduled`` (no first byte yet), the output tokens the
 in-flight requests may still write, the prompt tokens still to prefill, and each answer
-that has started (when, and its max_tokens). Policies see both, merged into one
+that has started (when, and its max_tokens). A request with ``n`` choices is booked as the
+``n`` sequences the engine runs for it (as vLLM counts them running): ``n`` in flight, ``n``
+times its max_tokens to write, ``n`` shares of the engine's time; its prompt once (the
+sequences share it: vLLM's prefix cache, llama-server's slots copy it). Policies see both, merged into one
 :class:`~syshaxd.snapshot.Snapshot` (:meth:`Ledger.merge`). Every change bumps
 :attr:`Ledger.version`, which tells the waiting line that asking the policy again may give
 another answer. A ticket undoes exactly what it did: every hold is released once.
@@ -31,16 +34,16 @@ class EngineBook:
     device: Device
     url: str = ""
     dialect: str = ""
-    inflight: int = 0  # placed here, not finished (pass-through requests included)
-    scheduled: int = 0  # placed here, no first byte yet
-    decode_tokens: int = 0  # output tokens the in-flight requests may still write (their max_tokens)
+    inflight: int = 0  # sequences placed here, not finished (pass-through requests included)
+    scheduled: int = 0  # sequences placed here, no first byte yet
+    decode_tokens: int = 0  # output tokens the in-flight sequences may still write (their max_tokens)
     prompt_tokens: int = 0  # prompt tokens of the scheduled requests (their prefill is still to come)
     #: The answers it has started: the first byte's time and max_tokens, by ticket.
     answers: dict[Hashable, tuple[float, int]] = field(default_factory=dict)
     #: The TPOT targets its requests were placed under, with their counts.
     tpot_targets: Counter[float] = field(default_factory=Counter)
-    #: Engine-seconds per request so far: the integral of 1 / inflight over the time anything
-    #: was in flight (the engine's time split equally among the requests it holds), and when.
+    #: Engine-seconds per sequence so far: the integral of 1 / inflight over the time anything
+    #: was in flight (the engine's time split equally among the sequences it holds), and when.
     share: float = 0.0
     share_at: float = 0.0
 
@@ -77,12 +80,13 @@ class Ledger:
             return
         book = self.engines[name]
         book.tick(now)
-        ticket.shares[name] = ticket.shares.get(name, 0.0) - book.share
+        n = ticket.features.n
+        ticket.shares[name] = ticket.shares.get(name, 0.0) - n * book.share
         ticket.holds.add(name)
         ticket.unstarted.add(name)
-        book.inflight += 1
-        book.scheduled += 1
-        book.decode_tokens += ticket.features.max_tokens
+        book.inflight += n
+        book.scheduled += n
+        book.decode_tokens += n * ticket.features.max_tokens
         book.prompt_tokens += ticket.features.prompt_tokens
         if ticket.tpot_target is not None:
             book.tpot_targets[ticket.tpot_target] += 1
@@ -94,7 +98,7 @@ class Ledger:
             return
         book = self.engines[name]
         ticket.unstarted.discard(name)
-        book.scheduled -= 1
+        book.scheduled -= ticket.features.n
         book.prompt_tokens -= ticket.features.prompt_tokens
         book.answers[ticket] = (now, ticket.features.max_tokens)
         self.version += 1
@@ -105,14 +109,15 @@ class Ledger:
             return False
         book = self.engines[name]
         book.tick(now)
-        ticket.shares[name] += book.share
+        n = ticket.features.n
+        ticket.shares[name] += n * book.share
         if name in ticket.unstarted:
             ticket.unstarted.discard(name)
-            book.scheduled -= 1
+            book.scheduled -= n
             book.prompt_tokens -= ticket.features.prompt_tokens
         ticket.holds.discard(name)
-        book.inflight -= 1
-        book.decode_tokens -= ticket.features.max_tokens
+        book.inflight -= n
+        book.decode_tokens -= n * ticket.features.max_tokens
         book.answers.pop(ticket, None)
         tpot = ticket.tpot_target
         if tpot is not None:

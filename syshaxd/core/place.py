@@ -5,7 +5,10 @@ the engines: the named engine only while it is usable; else the least loaded usa
 of the device; among them, those whose KV cache can hold the prompt first (when no engine
 can, the request still goes: the engine refuses it with its own message). A device with no
 usable engine hands the request to the other device, whole; a split missing either side
-runs whole on the side that is there. Every fallback says so in the decision's reason.
+runs whole on the side that is there. A request with several choices (``n`` > 1) is never
+split: no handoff carries ``n`` sequences from one engine to another (a prefill hands over one
+request's KV, a recompute continues one text), so it runs whole on the device that was to
+decode it. Every fallback says so in the decision's reason.
 """
 
 from __future__ import annotations
@@ -43,8 +46,19 @@ def pick(snap: Snapshot, device: Device, features: RequestFeatures, preferred: s
     return min(fitting, key=engine_load)
 
 
+def whole_choices(features: RequestFeatures, decision: Decision) -> Decision:
+    """``decision``, or for a split of a request with several choices the same device whole,
+    saying why (see the module docstring)."""
+    if decision.mode is not Mode.PD_SPLIT or features.n <= 1:
+        return decision
+    return replace(decision, mode=Mode.WHOLE,
+                   reason=f"n={features.n} choices, whole on {decision.device}: a split hands over one sequence, "
+                          f"not {features.n}; {decision.reason}")
+
+
 def place(snap: Snapshot, features: RequestFeatures, decision: Decision) -> Placement | None:
     """The engines for ``decision`` (its device must be set), or None when no engine is usable."""
+    decision = whole_choices(features, decision)
     if decision.mode is Mode.PD_SPLIT:
         gpu, cpu = pick(snap, "gpu", features), pick(snap, "cpu", features, decision.engine)
         if gpu is not None and cpu is not None:

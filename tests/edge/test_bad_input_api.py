@@ -100,7 +100,7 @@ BODY_CASES = [
     # the engine's context is far smaller: the engine's own 400 comes back, reshaped if need be
     Case("max_tokens absurd", ok_chat(max_tokens=10**12), 400, "maximum context length", "max_tokens"),
     Case("max_tokens beyond int64", ok_chat(max_tokens=10**30), 400, "", "max_tokens"),
-    Case("n = 2", ok_chat(n=2), 400, "n", "n"),
+    Case("n past the cap", ok_chat(n=17), 400, "'n' must be from 1 to 16", "n"),
     Case("n = 0", ok_chat(n=0), 400, "n", "n"),
     Case("n a string", ok_chat(n="1"), 400, "n", "n"),
     Case("num_decode_tokens a string", ok_chat(num_decode_tokens="x"), 400, "num_decode_tokens",

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
@@ -242,3 +243,42 @@ async def test_repeated_prompt_is_served_from_the_prompt_cache(target: Target) -
     assert first["usage"]["prompt_tokens_details"]["cached_tokens"] < n_prompt // 2
     assert second["usage"]["prompt_tokens_details"]["cached_tokens"] == n_prompt - 1
     assert second["timings"]["prompt_n"] == 1
+
+
+# Several choices: each runs in a slot of its own and is reported apart (docs/llama.md). syshaxd
+# sums the reports (tests/records); here the simulator must report them as the server does.
+@run_on(*ENGINES)
+async def test_n_choices_are_reported_one_by_one(target: Target) -> None:
+    body = {"model": "x", "max_tokens": 3, "n": 2, **GREEDY, **NO_EOS}
+    chat = {**body, "messages": MESSAGES}
+
+    async def post(path: str, payload: dict[str, Any]) -> httpx.Response:
+        # A connection of its own each: llama-server closes one idle past its keep-alive (a
+        # stalled machine reused a closed one here once).
+        async with target.http() as http:
+            return await http.post(path, json=payload)
+
+    whole = (await post("/v1/chat/completions", chat)).json()
+    streamed, done = sse_json((await post("/v1/chat/completions", {
+        **chat, "stream": True, "stream_options": {"include_usage": True}})).text)
+    completion, completion_done = sse_json((await post("/v1/completions", {
+        **body, "prompt": "Once upon a time", "stream": True})).text)
+    refused = await post("/v1/chat/completions", {**chat, "n": target.n_parallel + 1})
+    assert [c["index"] for c in whole["choices"]] == [0, 1]
+    assert whole["usage"]["completion_tokens"] == 3  # one choice's, not the 6 of both
+    assert whole["timings"]["predicted_n"] == 3
+    assert done and completion_done
+    # Chat: each choice opens with its own role chunk and is followed by a usage chunk of its own.
+    roles = [c["choices"][0]["index"] for c in streamed if c["choices"] and "role" in c["choices"][0]["delta"]]
+    assert sorted(roles) == [0, 1]
+    usages = [c["usage"]["completion_tokens"] for c in streamed if not c["choices"]]
+    assert usages == [3, 3]
+    ends = [i for i, c in enumerate(streamed) if c["choices"] and c["choices"][0]["finish_reason"]]
+    assert [i + 1 for i in ends] == [i for i, c in enumerate(streamed) if not c["choices"]]
+    # Completions: each choice's last chunk carries its usage.
+    finished = [c for c in completion if c["choices"][0]["finish_reason"]]
+    assert sorted(c["choices"][0]["index"] for c in finished) == [0, 1]
+    assert [c["usage"]["completion_tokens"] for c in finished] == [3, 3]
+    assert refused.status_code == 400
+    assert refused.json()["error"]["message"] == (f"Field 'n': Value must be between 1 <= value <= "
+                                                  f"{target.n_parallel}, but got {target.n_parallel + 1}")

@@ -25,12 +25,16 @@ _ids = itertools.count()
 
 @dataclass
 class Seen:
-    """What the client got: the deltas that carried a token (per choice, summed) and the usage."""
+    """What the client got: the deltas that carried a token (per choice, summed), the usage (the
+    last one it got), the choices it got and every usage it got (llama-server reports each
+    choice's apart)."""
 
     request_id: str
     deltas: int
     usage_out: int | None
     usage_prompt: int | None
+    choices: int = 1
+    usages: tuple[int, ...] = ()
 
 
 def new_id(tag: str) -> str:
@@ -65,16 +69,19 @@ def ask(client: Any, kind: str, *, stream: bool, usage: bool = False, max_tokens
     if not stream:
         answer = create(**args)
         u = answer.usage
-        return Seen(rid, 0, u.completion_tokens if u else None, u.prompt_tokens if u else None)
+        return Seen(rid, 0, u.completion_tokens if u else None, u.prompt_tokens if u else None,
+                    len({c.index for c in answer.choices}), (u.completion_tokens,) if u else ())
     if usage:
         args["stream_options"] = {"include_usage": True}
-    deltas, out, prompt = 0, None, None
+    deltas, out, prompt, usages, indexes = 0, None, None, [], set()
     with create(stream=True, **args) as chunks:
         for chunk in chunks:
             deltas += _delta_tokens(chunk, chat)
+            indexes.update(c.index for c in chunk.choices or [])
             if chunk.usage is not None:
                 out, prompt = chunk.usage.completion_tokens, chunk.usage.prompt_tokens
-    return Seen(rid, deltas, out, prompt)
+                usages.append(out)
+    return Seen(rid, deltas, out, prompt, len(indexes), tuple(usages))
 
 
 def abort_after(client: Any, kind: str, deltas: int, *, max_tokens: int, tag: str = "abort", **extra: Any) -> Seen:
@@ -117,9 +124,11 @@ def record(socket_path: Path, request_id: str, timeout: float = 30.0) -> Request
 def check(rec: RequestRecordModel, seen: Seen, *, engine_prompt: int | None = None) -> None:
     """The record says what the client got: the usage it received, else its own count of deltas;
     the prompt is the engine's (``engine_prompt``: its usage for the same prompt, when this
-    client got none); never more output than the maximum; TPOT from the token times."""
+    client got none); never more output than the maximum (of every choice); TPOT from the token
+    times. (Several choices whose usage came apart: the caller checks the sum.)"""
     assert rec.outcome == "ok", rec
-    if seen.usage_out is not None:
+    assert rec.choices == seen.choices, (rec, seen)
+    if seen.usage_out is not None and len(seen.usages) <= 1:
         assert (rec.output_tokens, rec.output_tokens_source) == (seen.usage_out, "usage"), rec
         assert (rec.prompt_tokens, rec.prompt_tokens_source) == (seen.usage_prompt, "usage"), rec
     elif rec.output_tokens_source == "counted":
@@ -133,7 +142,8 @@ def check(rec: RequestRecordModel, seen: Seen, *, engine_prompt: int | None = No
     if engine_prompt is not None:
         assert rec.prompt_tokens == engine_prompt, rec
         assert rec.prompt_tokens_source in ("usage", "timings"), rec
-    assert rec.output_tokens is not None and rec.output_tokens <= rec.max_tokens, rec
+    assert rec.output_tokens is not None and rec.output_tokens <= rec.max_tokens * rec.choices, rec
     assert rec.ttft is not None and rec.ttft <= rec.e2e, rec
-    if rec.stream and rec.output_tokens > 1:
-        assert rec.tpot is not None and 0 <= rec.tpot * (rec.output_tokens - 1) <= rec.e2e - rec.ttft + 1e-6, rec
+    steps = rec.output_tokens if rec.choices == 1 else -(-rec.output_tokens // rec.choices)  # at least the mean
+    if rec.stream and steps > 1:
+        assert rec.tpot is not None and 0 <= rec.tpot * (steps - 1) <= rec.e2e - rec.ttft + 1e-6, rec

@@ -3,7 +3,7 @@
 The chunks are the engines' own: llama-server's as it sends them (a build of the one the llama
 tests run), vLLM's as its OpenAI server writes them (role chunk, content chunks, the last
 content chunk with ``finish_reason``, a usage-only chunk, tool-call deltas, one choice per
-chunk for ``n`` > 1).
+chunk for ``n`` > 1; llama-server's reports of each choice apart).
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 
+from syshaxd.conductor.assemble import Assembler
+from syshaxd.conductor.records import Record
 from syshaxd.conductor.tally import StreamCounter, Tally, whole_tally
 
 
@@ -154,3 +156,124 @@ def test_a_whole_answer_has_counts_and_no_token_times() -> None:
     assert whole_tally({"choices": [], "timings": {"predicted_n": 3, "prompt_n": 1, "cache_n": 4}}) == Tally(
         3, "timings", 5, "timings")
     assert whole_tally({"choices": []}) == Tally()
+
+
+# -- several choices (n > 1): the sum over the choices, the prompt once -------------------------
+
+LLAMA_HEAD = {"created": 1, "id": "chatcmpl-n", "model": "m", "system_fingerprint": "b1"}
+
+
+def _llama_choice(kind: str, index: int, texts: list[str], *, usage: bool) -> list[list[dict[str, Any]]]:
+    """One choice of a llama-server stream of several, as the built server sends it: its chunks,
+    one list per step (the steps of several choices interleave). A chat choice opens with its
+    role chunk and ends with an empty delta (``timings``), then, asked for usage, a usage-only
+    chunk of its own; a completion choice's last chunk carries its usage and timings."""
+    timings = {"cache_n": 28, "prompt_n": 1, "predicted_n": len(texts)}
+    own_usage = {"completion_tokens": len(texts), "prompt_tokens": 29, "total_tokens": 29 + len(texts)}
+    if kind == "chat":
+        head = {**LLAMA_HEAD, "object": "chat.completion.chunk"}
+        steps = [[{"choices": [{"finish_reason": None, "index": index, "delta": {"role": "assistant", "content": None}}],
+                   **head}]]
+        steps += [[{"choices": [{"finish_reason": None, "index": index, "delta": {"content": t}}], **head}]
+                  for t in texts]
+        last: dict[str, Any] = {"choices": [{"finish_reason": "length", "index": index, "delta": {}}], **head}
+        if usage:
+            steps[-1] += [last, {"choices": [], **head, "usage": own_usage, "timings": timings}]
+        else:
+            steps[-1].append({**last, "timings": timings})
+        return steps
+    head = {**LLAMA_HEAD, "object": "text_completion"}
+    steps = [[{"choices": [{"text": t, "index": index, "logprobs": None, "finish_reason": None}], **head}]
+             for t in texts]
+    steps[-1].append({"choices": [{"text": "", "index": index, "logprobs": None, "finish_reason": "length"}],
+                      **head, "usage": own_usage, "timings": timings})
+    return steps
+
+
+def _interleave(*choices: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for i in range(max(len(c) for c in choices)):
+        for steps in choices:
+            if i < len(steps):
+                out += steps[i]
+    return out
+
+
+def _count_n(data: bytes, n: int, cut: int | None = None) -> Tally:
+    counter = StreamCounter(n)
+    for i in range(0, len(data), cut or len(data)):
+        counter.feed(data[i:i + (cut or len(data))])
+    return counter.tally()
+
+
+@pytest.mark.parametrize("cut", [None, 5])
+def test_vllm_n_choices_are_its_one_usage_chunk_and_the_longest_choice_times_the_tokens(cut: int | None) -> None:
+    one, two, three = vllm_chat(["a"] * 4, index=0), vllm_chat(["b"] * 2, index=1), vllm_chat(["c"] * 3, index=2)
+    chunks = _interleave(*([[c] for c in choice] for choice in (one, two, three)))
+    with_usage = sse(*chunks, {**one[0], "choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 9,
+                                                                  "total_tokens": 20}}, "[DONE]")
+    tally = _count_n(with_usage, 3, cut)
+    assert (tally.output_tokens, tally.output_source, tally.prompt_tokens) == (9, "usage", 11)
+    assert tally.longest == 4  # choice 0: its tokens set the answer's TPOT
+    without = _count_n(sse(*chunks, "[DONE]"), 3, cut)
+    assert (without.output_tokens, without.output_source, without.longest) == (9, "counted", 4)
+
+
+def test_vllm_continuous_usage_of_n_choices_is_each_choices_own_until_the_total_comes() -> None:
+    # continuous_usage_stats: every chunk carries its own choice's count so far; the total last.
+    chunks = []
+    for step in range(3):
+        for index in (0, 1):
+            chunks.append({"choices": [{"index": index, "delta": {"content": "x"}, "finish_reason": None}],
+                           "usage": {"prompt_tokens": 11, "completion_tokens": step + 1}})
+    counter = StreamCounter(2)
+    counter.feed(sse(*chunks))
+    assert (counter.tally().output_tokens, counter.tally().output_source) == (6, "usage")
+    counter.feed(sse({"choices": [], "usage": {"prompt_tokens": 11, "completion_tokens": 6}}, "[DONE]"))
+    assert (counter.tally().output_tokens, counter.tally().prompt_tokens) == (6, 11)
+
+
+@pytest.mark.parametrize(("kind", "usage", "source"), [("chat", True, "usage"), ("chat", False, "timings"),
+                                                      ("completion", False, "usage")])
+def test_llama_reports_each_choice_apart_and_they_are_summed(kind: str, usage: bool, source: str) -> None:
+    data = sse(*_interleave(_llama_choice(kind, 0, ["a", "b", "c"], usage=usage),
+                            _llama_choice(kind, 1, ["d", "e"], usage=usage)), "[DONE]")
+    tally = _count_n(data, 2)
+    assert (tally.output_tokens, tally.output_source) == (5, source)
+    assert (tally.prompt_tokens, tally.prompt_source) == (29, source)  # the prompt once, not per choice
+    assert tally.longest == 3
+    # Told nothing of n (a client's n the body did not say): the sum all the same.
+    assert count(data).output_tokens == 5
+
+
+def test_an_answer_assembled_from_llamas_choices_reports_all_their_tokens() -> None:
+    for kind in ("chat", "completion"):
+        assembler = Assembler(kind == "chat")
+        for chunk in _interleave(_llama_choice(kind, 0, ["a", "b", "c"], usage=True),
+                                 _llama_choice(kind, 1, ["d", "e"], usage=True)):
+            assembler.add(chunk)
+        answer = assembler.answer()
+        assert [c["index"] for c in answer["choices"]] == [0, 1]
+        assert answer["usage"]["completion_tokens"] == 5 and answer["usage"]["prompt_tokens"] == 29
+        assert answer["usage"]["total_tokens"] == 34
+
+
+def test_a_record_of_n_choices_takes_its_tpot_from_the_longest_choice() -> None:
+    base = dict(request_id="r", arrival=0.0, kind="chat", stream=True, prompt_tokens=10, max_tokens=8,
+                outcome="ok", decision=None, seen=None, limits=None, queued=0.0, ttft=0.1, e2e=1.0)
+    one = Record(**base, output_tokens=8, decode=0.7)  # type: ignore[arg-type]
+    assert one.tpot() == pytest.approx(0.1)
+    # Four choices of 8 decoding side by side: 32 tokens in 0.7 s, 7 steps of 0.1 s each.
+    four = Record(**base, output_tokens=32, decode=0.7, choices=4, longest=8)  # type: ignore[arg-type]
+    assert four.tpot() == pytest.approx(0.1) and four.model().choices == 4
+
+
+def test_a_stream_of_choices_cut_after_some_of_their_reports_is_counted_from_its_deltas() -> None:
+    # llama-server reported choice 0 (3 tokens) and the client left while choice 1 had 2: the
+    # report covers part of the answer, the deltas all of what was written.
+    steps = _interleave(_llama_choice("chat", 0, ["a", "b", "c"], usage=True),
+                        _llama_choice("chat", 1, ["d", "e", "f", "g"], usage=True))
+    last = next(i for i, c in enumerate(steps) if c["choices"] and c["choices"][0]["delta"].get("content") == "f")
+    cut = steps[:last + 1]  # choice 0 ended and reported; choice 1 wrote d, e, f
+    tally = _count_n(sse(*cut), 2)
+    assert (tally.output_tokens, tally.output_source) == (6, "counted")

@@ -4,6 +4,7 @@ The operator's setting of issue 37: syshaxd in front of a GPU-role and a CPU-rol
 the official openai client. Per case the record's output and prompt tokens equal the usage
 the client received (or, for a chat stream that asked for none, the client's own count of the
 deltas and the engine's prompt count with its chat template); never more than the maximum.
+Several choices (``n``) as their sum, which llama-server itself reports only choice by choice.
 """
 
 from __future__ import annotations
@@ -101,12 +102,44 @@ def test_a_request_with_tools_is_recorded_with_its_usage(stack: LlamaStack) -> N
         check(record(stack.socket_path, seen.request_id), seen)
 
 
-def test_n_above_one_is_refused_and_not_recorded(stack: LlamaStack) -> None:
-    with pytest.raises(openai.BadRequestError, match="'n' > 1 is not supported"):
-        stack.openai().chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, n=2,
-                                               extra_headers={"X-Request-Id": "rec-llama-n2"})
+@pytest.mark.parametrize("kind", KINDS)
+def test_n_choices_are_recorded_as_the_sum_the_client_got(stack: LlamaStack, kind: str) -> None:
+    # llama-server runs each choice in a slot of its own and counts each apart: its whole answer
+    # reports one choice's usage, its streams one usage (or timings) per choice. The record and
+    # the whole answer syshaxd assembles carry the sum, as vLLM's usage does.
+    client = stack.openai()
+    prompt = _engine_prompt(stack, kind)
+    whole = ask(client, kind, stream=False, max_tokens=6, n=3, extra_body=SAMPLING)
+    assert (whole.choices, whole.usage_out, whole.usage_prompt) == (3, 18, prompt)
+    rec = record(stack.socket_path, whole.request_id)
+    check(rec, whole, engine_prompt=prompt)
+    assert (rec.choices, rec.output_tokens, rec.output_tokens_source) == (3, 18, "usage")
+    streamed = ask(client, kind, stream=True, usage=True, max_tokens=5, n=2, extra_body=SAMPLING)
+    assert streamed.choices == 2 and streamed.usages == (5, 5)  # one per choice, not one for all
+    rec = record(stack.socket_path, streamed.request_id)
+    check(rec, streamed, engine_prompt=prompt)
+    assert (rec.output_tokens, rec.output_tokens_source) == (10, "usage")
+    assert rec.ttft is not None and rec.tpot is not None
+    bare = ask(client, kind, stream=True, max_tokens=5, n=2, extra_body=SAMPLING)
+    rec = record(stack.socket_path, bare.request_id)
+    check(rec, bare, engine_prompt=prompt)
+    assert (rec.output_tokens, rec.output_tokens_source) == (10, "timings" if kind == "chat" else "usage")
+
+
+def test_n_past_the_servers_slots_is_its_own_error_passed_on(stack: LlamaStack) -> None:
+    with pytest.raises(openai.BadRequestError, match=r"Field 'n': Value must be between 1 <= value <= 4, but got 5"):
+        stack.openai().chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, n=5,
+                                               extra_headers={"X-Request-Id": "rec-llama-n5"})
+    rec = record(stack.socket_path, "rec-llama-n5")
+    assert rec.outcome == "rejected" and rec.choices == 5 and rec.output_tokens is None
+
+
+def test_n_past_the_cap_is_refused_and_not_recorded(stack: LlamaStack) -> None:
+    with pytest.raises(openai.BadRequestError, match="'n' must be from 1 to 16, got 17"):
+        stack.openai().chat.completions.create(model="tiny", messages=MESSAGES, max_tokens=4, n=17,
+                                               extra_headers={"X-Request-Id": "rec-llama-n17"})
     with pytest.raises(AssertionError, match="no record"):
-        record(stack.socket_path, "rec-llama-n2", timeout=0.5)
+        record(stack.socket_path, "rec-llama-n17", timeout=0.5)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -3,8 +3,9 @@
 A real syshaxd in front of simulator engines (vLLM's shape, and llama-server's, whose whole
 answers syshaxd assembles from a stream), the official openai client, one request per case:
 the record's output and prompt tokens are the usage the client got, or its own count of the
-deltas when it got none; never more than the maximum; TPOT from the token times. Also through
-API workers (the record crosses the ledger), and a prefill/decode split's merged stream.
+deltas when it got none; never more than the maximum; TPOT from the token times; several
+choices (``n``) as their sum. Also through API workers (the record crosses the ledger), a
+prefill/decode split's merged stream, and a split of several choices that runs whole.
 """
 
 from __future__ import annotations
@@ -102,15 +103,43 @@ def test_a_request_with_tools_is_recorded_as_answered(stack: Stack) -> None:
         check(record(_socket(stack), seen.request_id), seen)
 
 
-def test_n_above_one_is_refused_before_anything_is_recorded(stack: Stack) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_n_choices_are_recorded_as_the_sum_the_client_got(stack: Stack, kind: str) -> None:
     client = stack.openai()
-    with pytest.raises(openai.BadRequestError, match="'n' > 1 is not supported"):
-        client.chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=4, n=2,
-                                       extra_headers={"X-Request-Id": "rec-n2"})
+    sampling = {"ignore_eos": True}
+    # Whole: the usage covers every choice (syshaxd sums llama-server's, which it assembles).
+    whole = ask(client, kind, stream=False, max_tokens=6, n=3, extra_body=sampling)
+    assert (whole.choices, whole.usage_out) == (3, 18)
+    rec = record(_socket(stack), whole.request_id)
+    check(rec, whole)
+    assert (rec.choices, rec.output_tokens, rec.max_tokens) == (3, 18, 6)
+    # Streamed, asking for usage: vLLM's one usage chunk for all; llama-server's one per choice
+    # (chat) or on each choice's last chunk (completions), which the record sums.
+    streamed = ask(client, kind, stream=True, usage=True, max_tokens=5, n=2, extra_body=sampling)
+    assert (streamed.choices, streamed.deltas, sum(streamed.usages) if len(streamed.usages) > 1
+            else streamed.usage_out) == (2, 10, 10)
+    rec = record(_socket(stack), streamed.request_id)
+    check(rec, streamed)
+    assert (rec.output_tokens, rec.output_tokens_source) == (10, "usage")
+    assert rec.tpot is not None and rec.ttft is not None
+    # Streamed, asking for nothing: the engine's counts the client never saw, or its own deltas.
+    bare = ask(client, kind, stream=True, max_tokens=5, n=2, extra_body=sampling)
+    assert (bare.choices, bare.deltas) == (2, 10)
+    rec = record(_socket(stack), bare.request_id)
+    check(rec, bare, engine_prompt=_engine_prompt(stack, kind))
+    assert rec.output_tokens == 10
+
+
+def test_n_past_the_cap_is_refused_naming_n_and_never_recorded(stack: Stack) -> None:
+    client = stack.openai()
+    with pytest.raises(openai.BadRequestError, match="'n' must be from 1 to 16, got 17") as refused:
+        client.chat.completions.create(model="ds-32b", messages=MESSAGES, max_tokens=4, n=17,
+                                       extra_headers={"X-Request-Id": "rec-n17"})
+    assert refused.value.body["param"] == "n"  # type: ignore[index]
     seen = ask(client, "chat", stream=False, max_tokens=2)  # a later request is recorded ...
     record(_socket(stack), seen.request_id)
     with pytest.raises(AssertionError, match="no record"):  # ... and the refused one never was
-        record(_socket(stack), "rec-n2", timeout=0.5)
+        record(_socket(stack), "rec-n17", timeout=0.5)
 
 
 @pytest.mark.parametrize("dialect", ["vllm-v1", "llamacpp"])
@@ -146,3 +175,18 @@ def test_a_split_stream_is_recorded_with_its_engines_usage(make_stack: Callable[
         assert deltas == 7 and (usages[-1]["completion_tokens"] == 7 if usage else not usages)
         assert (rec.output_tokens, rec.output_tokens_source) == (7, "usage")
         assert rec.tpot is not None and rec.ttft is not None and rec.ttft <= rec.e2e
+
+
+def test_a_split_of_n_choices_runs_whole_and_says_why(make_stack: Callable[..., Stack]) -> None:
+    # No handoff carries n sequences over: /v1/chat/pd_disagg with n=2 runs whole on the CPU.
+    stack = make_stack(handoff="recompute")
+    body = {"model": "ds-32b", "messages": MESSAGES, "max_tokens": 4, "n": 2, "ignore_eos": True}
+    answer = httpx.post(f"{stack.url}/v1/chat/pd_disagg", json=body, headers={"X-Request-Id": "rec-split-n2"},
+                        timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert (answer.headers["x-syshax-mode"], answer.headers["x-syshax-device"]) == ("whole", "cpu")
+    assert answer.headers["x-syshax-reason"].startswith("n=2 choices, whole on cpu: a split hands over one sequence")
+    assert [c["index"] for c in answer.json()["choices"]] == [0, 1]
+    rec = record(_socket(stack), "rec-split-n2")
+    assert rec.decision is not None and (rec.decision.mode, rec.decision.device) == ("whole", "cpu")
+    assert (rec.choices, rec.output_tokens) == (2, answer.json()["usage"]["completion_tokens"]) == (2, 8)
