@@ -8,6 +8,7 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from types import FrameType
 
 import httpx
 
@@ -70,3 +71,13 @@ def replace_generated(doc: Path, begin: str, end: str, body: str, heading: str =
     tmp = doc.with_suffix(".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(doc)
+
+
+def _unwind(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def unwind_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C, so every context manager and ``finally`` stops what it
+    started (processes, temporary directories) when a benchmark is stopped."""
+    signal.signal(signal.SIGTERM, _unwind)

@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import subprocess
 import sys
 import tempfile
@@ -39,7 +38,6 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import httpx
@@ -55,7 +53,7 @@ from bench import _accuracy_llama as llama_stage  # noqa: E402
 from bench import _accuracy_load as load_stage  # noqa: E402
 from bench import _accuracy_recovery as recovery  # noqa: E402
 from bench._accuracy_report import exit_code, figures, plot, table  # noqa: E402
-from bench._common import results_dir  # noqa: E402
+from bench._common import results_dir, unwind_on_sigterm  # noqa: E402
 from bench._traffic import AdviseError  # noqa: E402
 from demo.procs import StartError  # noqa: E402
 from sim.advise.check import CHECKED  # noqa: E402
@@ -204,11 +202,6 @@ def _refusal(report: Report) -> str:
     return "; ".join(reasons)
 
 
-def _interrupt(signum: int, frame: FrameType | None) -> None:
-    # SIGTERM unwinds like Ctrl-C, so every context manager stops what it started.
-    raise KeyboardInterrupt(signal.Signals(signum).name)
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
@@ -221,7 +214,7 @@ def main() -> int:
     args = parser.parse_args()
     args.pairs = args.pairs or (1 if args.quick else 5)
     args.load_runs = (1 if args.quick else load_stage.RUNS) if args.load_runs is None else args.load_runs
-    signal.signal(signal.SIGTERM, _interrupt)
+    unwind_on_sigterm()
     started = time.monotonic()
     try:
         report = run(args)

@@ -36,7 +36,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._common import results_dir  # noqa: E402
+from bench._common import results_dir, unwind_on_sigterm  # noqa: E402
 from bench._loadclient import Sample, closed_loop  # noqa: E402
 from bench._overhead_stack import ROUTER_VERSION, Stack, ensure_router, idle_cost, proxies  # noqa: E402
 from bench._overhead_targets import judge, plot  # noqa: E402
@@ -229,7 +229,12 @@ def main() -> int:
     args = parser.parse_args()
     args.reps = args.reps or (1 if args.quick else 3)
     started = time.monotonic()
-    report = uvloop.run(run(args))
+    unwind_on_sigterm()
+    try:
+        report = uvloop.run(run(args))
+    except KeyboardInterrupt:
+        console.print("[red]interrupted: everything started was stopped[/]")
+        return 130
     report["wall_s"] = round(time.monotonic() - started, 1)
     show(report)
     out = args.out or results_dir() / ("overhead-quick.json" if args.quick else "overhead.json")
