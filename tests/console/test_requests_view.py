@@ -48,7 +48,9 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         # The overview's conductor panel: the line and the goodput of each class.
         await wait_for(pilot, lambda: app.state is not None and {"interactive", "batch"} <= set(
             app.state.conductor.classes), "both classes counted")
-        await pilot.pause()
+        # The counts reach the screen at its next redraw (later on a busy machine).
+        await wait_for(pilot, lambda: re.search(r"batch\s+0\s+1\s*/1\b", _screen_text(app)) is not None,
+                       "the batch line drawn")
         overview = _screen_text(app)
         assert "good/done/min" in overview and re.search(r"batch\s+0\s+1\s*/1\b", overview)
         assert re.search(r"interactive\s+0\s+4\s*/4\b", overview)
@@ -57,6 +59,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
         screen = app.screen
         assert isinstance(screen, RequestsScreen)
         await wait_for(pilot, lambda: len(screen.records) == 5, "five requests listed")
+        await wait_for(pilot, lambda: "the last 5 finished requests" in _screen_text(app), "the list drawn")
         text = _screen_text(app)
         assert "the last 5 finished requests" in text and "(0 not ok)" in text
         assert "class" in text and re.search(r"batch\s*✓", text) and len(re.findall(r"interactive\s*✓", text)) == 4
@@ -67,6 +70,7 @@ async def test_requests_view_lists_what_the_daemon_served_and_opens_a_decision(
 
         await pilot.press("enter")
         await wait_for(pilot, lambda: isinstance(app.screen, RequestDetail), "one request opened")
+        await wait_for(pilot, lambda: "the engines as the policy saw them" in _screen_text(app), "the request drawn")
         detail = _screen_text(app)
         assert newest.request_id in detail and "the engines as the policy saw them" in detail
         assert "gpu0 (gpu)" in detail and "cpu0 (cpu)" in detail
