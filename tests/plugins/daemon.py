@@ -68,8 +68,27 @@ class NotifySink:
         self.path.unlink(missing_ok=True)
 
 
+class ControlSocket:
+    """The control API of a running syshaxd, reached over its Unix socket (``socket_path``)."""
+
+    socket_path: Path
+
+    def control(self) -> httpx.Client:
+        """A client of the control API over the Unix socket."""
+        return httpx.Client(
+            transport=httpx.HTTPTransport(uds=str(self.socket_path)), base_url="http://syshaxd", timeout=10
+        )
+
+    def state(self) -> StateModel:
+        """GET /v1/state."""
+        with self.control() as client:
+            resp = client.get("/v1/state")
+            resp.raise_for_status()
+            return StateModel.model_validate(resp.json())
+
+
 @dataclass
-class RunningDaemon:
+class RunningDaemon(ControlSocket):
     """A syshaxd process, its engines and its files."""
 
     proc: subprocess.Popen[bytes]
@@ -85,18 +104,6 @@ class RunningDaemon:
     notify: NotifySink | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
-    def control(self) -> httpx.Client:
-        """A client of the control API over the Unix socket."""
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket_path)), base_url="http://syshaxd", timeout=10
-        )
-
-    def state(self) -> StateModel:
-        """GET /v1/state."""
-        with self.control() as client:
-            resp = client.get("/v1/state")
-            resp.raise_for_status()
-            return StateModel.model_validate(resp.json())
 
     def patch(self, body: dict[str, Any]) -> httpx.Response:
         """PATCH /v1/config."""

@@ -20,9 +20,8 @@ import httpx
 import pytest
 import yaml
 
-from syshaxd.schema import StateModel
 from tests.plugins.configs import deep_update
-from tests.plugins.daemon import wait_control_socket
+from tests.plugins.daemon import ControlSocket, wait_control_socket
 from tests.plugins.llama import (
     BIND_ATTEMPTS,
     N_CTX,
@@ -35,7 +34,7 @@ from tests.plugins.ports import free_port, stop_process, wait_http
 
 
 @dataclass
-class LlamaStack:
+class LlamaStack(ControlSocket):
     """Two real llama-servers (GPU role, CPU role) and a real syshaxd in front of them."""
 
     gpu: LlamaServer
@@ -53,19 +52,6 @@ class LlamaStack:
         import openai
 
         return openai.OpenAI(base_url=f"{self.url}/v1", api_key="unused", max_retries=0, **kwargs)
-
-    def control(self) -> httpx.Client:
-        """A client of the control API over the Unix socket."""
-        return httpx.Client(
-            transport=httpx.HTTPTransport(uds=str(self.socket_path)), base_url="http://syshaxd", timeout=10
-        )
-
-    def state(self) -> StateModel:
-        """GET /v1/state over the control socket."""
-        with self.control() as client:
-            resp = client.get("/v1/state")
-            resp.raise_for_status()
-            return StateModel.model_validate(resp.json())
 
     def log_text(self) -> str:
         """What syshaxd logged so far."""
